@@ -1,0 +1,31 @@
+from glob import glob
+
+from setuptools import find_packages, setup
+
+package_name = "oxygen_ros"
+
+setup(
+    name=package_name,
+    version="0.1.0",
+    packages=find_packages(include=[package_name, f"{package_name}.*"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", [f"resource/{package_name}"]),
+        (f"share/{package_name}", ["package.xml"]),
+        (f"share/{package_name}/launch", glob("launch/*.launch.py")),
+        (f"share/{package_name}/config", glob("config/*.yaml")),
+    ],
+    install_requires=["setuptools"],
+    zip_safe=True,
+    maintainer="oxygen_ros developers",
+    maintainer_email="oxygen-ros@example.com",
+    description="Multi-task pi0.5 VLA inference for ROS 2 with shared prefill and cross-frame batched decoding",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    entry_points={
+        "console_scripts": [
+            "oxygen_node = oxygen_ros.ros.main:main",
+            "oxygen-bench = oxygen_ros.engine.bench_cli:main",
+            "oxygen-replay = oxygen_ros.replay.cli:main",
+        ],
+    },
+)
