@@ -20,12 +20,15 @@ os.environ.setdefault("ROS_LOG_DIR", os.path.join(tempfile.gettempdir(), "oxygen
 os.makedirs(os.environ["ROS_LOG_DIR"], exist_ok=True)
 
 
-def _reexec_in_loopback_namespace() -> None:
+def pytest_configure(config) -> None:  # noqa: ANN001 (pytest hook)
     if os.geteuid() != 0 or os.environ.get("OXYGEN_IN_NETNS") or shutil.which("unshare") is None:
         return
+    # Give the terminal back before exec: pytest has already redirected fds 1/2 into its capture files.
+    capman = config.pluginmanager.getplugin("capturemanager")
+    if capman is not None:
+        capman.suspend_global_capture(in_=True)
     os.environ["OXYGEN_IN_NETNS"] = "1"
-    argv = [sys.executable, "-m", "pytest", *sys.argv[1:]]
+    argv = [sys.executable, "-m", "pytest", *config.invocation_params.args]
+    sys.stdout.flush()
+    sys.stderr.flush()
     os.execvp("unshare", ["unshare", "-n", "--", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *argv])
-
-
-_reexec_in_loopback_namespace()

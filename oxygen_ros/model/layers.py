@@ -1,0 +1,136 @@
+"""Gemma building blocks: RMSNorm (plain and adaptive), GeGLU MLP, rotary embeddings, attention math.
+
+The numerics follow transformers' Gemma (norms in float32, ``x * (1 + w)``, tanh-GELU, rotate-half RoPE)
+so the backbone can be checked against ``GemmaForCausalLM`` on identical weights.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class RMSNorm(nn.Module):
+    """Gemma RMSNorm: ``x / rms(x) * (1 + weight)``, computed in float32."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: Tensor, cond: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        xf = x.float()
+        normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (normed * (1.0 + self.weight.float())).to(x.dtype), None
+
+
+class AdaRMSNorm(nn.Module):
+    """pi0.5's adaptive RMSNorm: a dense layer of the condition gives (scale, shift, gate).
+
+    Output is ``x̂ · (1 + scale) + shift``; the gate multiplies the residual branch it precedes.
+    """
+
+    def __init__(self, dim: int, cond_dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.dense = nn.Linear(cond_dim, 3 * dim)
+
+    def forward(self, x: Tensor, cond: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        if cond is None:
+            raise ValueError("AdaRMSNorm needs the flow-matching time condition")
+        xf = x.float()
+        normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        scale, shift, gate = self.dense(cond).float().unsqueeze(-2).chunk(3, dim=-1)
+        return (normed * (1.0 + scale) + shift).to(x.dtype), gate.to(x.dtype)
+
+
+class GeGLU(nn.Module):
+    """Gemma MLP: ``down(gelu_tanh(gate(x)) * up(x))``."""
+
+    def __init__(self, width: int, mlp_dim: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(width, mlp_dim, bias=False)
+        self.up_proj = nn.Linear(width, mlp_dim, bias=False)
+        self.down_proj = nn.Linear(mlp_dim, width, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotate-half RoPE with precomputed inverse frequencies."""
+
+    def __init__(self, head_dim: int, theta: float) -> None:
+        super().__init__()
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def cos_sin(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """``positions`` [..., S] → cos, sin [..., S, head_dim] in ``dtype``."""
+        freqs = positions.float().unsqueeze(-1) * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x [B, S, heads, D]; cos/sin [B, S, D]."""
+    cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    """Grouped-query attention.
+
+    q [B, S, H, D]; k, v [B, T, Hkv, D]; mask [B, S, T] bool (True = may attend) → [B, S, H*D].
+    """
+    b, s, h, d = q.shape
+    hkv = k.shape[2]
+    out = F.scaled_dot_product_attention(
+        q.transpose(1, 2),
+        k.transpose(1, 2),
+        v.transpose(1, 2),
+        attn_mask=mask.unsqueeze(1),
+        scale=1.0 / math.sqrt(d),
+        enable_gqa=hkv != h,
+    )
+    return out.transpose(1, 2).reshape(b, s, h * d)
+
+
+def attend_two_parts(q: Tensor, k1: Tensor, v1: Tensor, k2: Tensor, v2: Tensor, mask2: Tensor | None) -> Tensor:
+    """Attention over the union of two key sets without concatenating them.
+
+    Used by the action expert: part 1 is the frame's cached prefix (read in place, never copied), part 2 the
+    action tokens themselves. One softmax over both score blocks gives the same result as attending to
+    the concatenation. q [B, S, H, D]; k1/v1 [B, T1, Hkv, D] (all visible); k2/v2 [B, T2, Hkv, D];
+    mask2 [B, S, T2] or None (all visible). Returns [B, S, H*D].
+    """
+    b, s, h, d = q.shape
+    hkv = k1.shape[2]
+    group = h // hkv
+    # Fold the query heads of each KV head into the row dimension: one matmul per KV head.
+    qg = q.reshape(b, s, hkv, group, d).permute(0, 2, 3, 1, 4).reshape(b, hkv, group * s, d)
+    scale = 1.0 / math.sqrt(d)
+    s1 = torch.matmul(qg, k1.permute(0, 2, 3, 1)).float() * scale  # [B, Hkv, G*S, T1]
+    s2 = torch.matmul(qg, k2.permute(0, 2, 3, 1)).float() * scale  # [B, Hkv, G*S, T2]
+    if mask2 is not None:
+        m = mask2.unsqueeze(1).unsqueeze(1).expand(b, hkv, group, s, -1).reshape(b, hkv, group * s, -1)
+        s2 = s2.masked_fill(~m, float("-inf"))
+    t1 = s1.shape[-1]
+    probs = torch.softmax(torch.cat((s1, s2), dim=-1), dim=-1).to(q.dtype)
+    out = torch.matmul(probs[..., :t1], v1.transpose(1, 2)) + torch.matmul(probs[..., t1:], v2.transpose(1, 2))
+    return out.reshape(b, hkv, group, s, d).permute(0, 3, 1, 2, 4).reshape(b, s, h * d)
+
+
+def sinusoidal_time_embedding(t: Tensor, dim: int, min_period: float = 4e-3, max_period: float = 4.0) -> Tensor:
+    """pi0's flow-time embedding: sin/cos at geometrically spaced periods. t [B] → [B, dim] (float32)."""
+    if dim % 2:
+        raise ValueError("time embedding width must be even")
+    fraction = torch.linspace(0.0, 1.0, dim // 2, dtype=torch.float64, device=t.device)
+    period = min_period * (max_period / min_period) ** fraction
+    angle = t.double().unsqueeze(-1) * (2.0 * math.pi / period)
+    return torch.cat((angle.sin(), angle.cos()), dim=-1).float()

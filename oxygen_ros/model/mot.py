@@ -1,0 +1,83 @@
+"""The Mixture-of-Transformers layer: two experts (VLM backbone, action expert), one joint attention.
+
+Each expert projects its own tokens to Q/K/V with its own weights; attention runs over the concatenation
+of both experts' tokens; each expert applies its own output projection, norms and MLP to its slice. The
+action expert's norms are adaptive (conditioned on the flow time) and gate its residual branches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from .config import ExpertConfig
+from .layers import AdaRMSNorm, GeGLU, RMSNorm
+
+
+class ExpertAttentionProj(nn.Module):
+    def __init__(self, cfg: ExpertConfig) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.q_proj = nn.Linear(cfg.width, cfg.num_heads * cfg.head_dim, bias=False)
+        self.k_proj = nn.Linear(cfg.width, cfg.num_kv_heads * cfg.head_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.width, cfg.num_kv_heads * cfg.head_dim, bias=False)
+        self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.width, bias=False)
+
+    def qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """x [B, S, W] → q [B, S, H, D], k/v [B, S, Hkv, D]."""
+        b, s, _ = x.shape
+        q = self.q_proj(x).view(b, s, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(b, s, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(b, s, self.num_kv_heads, self.head_dim)
+        return q, k, v
+
+
+class ExpertBlock(nn.Module):
+    """One expert's half of a MoT layer. ``cond_dim`` set → adaptive RMSNorm with gated residuals."""
+
+    def __init__(self, cfg: ExpertConfig, cond_dim: int | None = None) -> None:
+        super().__init__()
+        if cond_dim is None:
+            self.input_layernorm: nn.Module = RMSNorm(cfg.width, cfg.rms_norm_eps)
+            self.post_attention_layernorm: nn.Module = RMSNorm(cfg.width, cfg.rms_norm_eps)
+        else:
+            self.input_layernorm = AdaRMSNorm(cfg.width, cond_dim, cfg.rms_norm_eps)
+            self.post_attention_layernorm = AdaRMSNorm(cfg.width, cond_dim, cfg.rms_norm_eps)
+        self.self_attn = ExpertAttentionProj(cfg)
+        self.mlp = GeGLU(cfg.width, cfg.mlp_dim)
+
+    def pre_attention(self, x: Tensor, cond: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        h, gate = self.input_layernorm(x, cond)
+        q, k, v = self.self_attn.qkv(h)
+        return q, k, v, gate
+
+    def post_attention(self, x: Tensor, attn: Tensor, gate: Tensor | None, cond: Tensor | None) -> Tensor:
+        x = _gated_residual(x, self.self_attn.o_proj(attn), gate)
+        h, gate2 = self.post_attention_layernorm(x, cond)
+        return _gated_residual(x, self.mlp(h), gate2)
+
+
+def _gated_residual(x: Tensor, y: Tensor, gate: Tensor | None) -> Tensor:
+    return x + y if gate is None else x + y * gate
+
+
+class MoTLayer(nn.Module):
+    def __init__(self, backbone: ExpertConfig, expert: ExpertConfig) -> None:
+        super().__init__()
+        self.vlm = ExpertBlock(backbone)
+        self.action = ExpertBlock(expert, cond_dim=expert.width)
+
+
+@dataclass
+class LayerKV:
+    """Per-layer keys/values with RoPE applied, as cached. k, v [B, T, Hkv, D]."""
+
+    k: Tensor
+    v: Tensor
+
+
+def stack_layer_kv(kvs: list[LayerKV]) -> tuple[Tensor, Tensor]:
+    """list over layers → k, v [L, T, Hkv, D] (batch 1)."""
+    return torch.stack([kv.k[0] for kv in kvs]), torch.stack([kv.v[0] for kv in kvs])

@@ -1,0 +1,244 @@
+"""The pi0.5 Mixture-of-Transformers VLA and the API the KV manager and scheduler drive.
+
+A frame's prefix (camera images + prompt) is computed once by :meth:`Pi05Model.prefill`, which writes its
+keys/values into caller-provided memory. Consumers then read that memory without modifying it:
+
+* :meth:`Pi05Model.sample_actions` denoises an action chunk against the prefix (read in place every step);
+* :meth:`Pi05Model.extend` runs new text tokens for a batch of requests whose contexts live anywhere in a
+  shared KV pool (a continuation prompt for one request, or one decode step for many requests of
+  different lengths), writing only the new tokens' keys/values.
+
+Masked camera slots and prompt padding are not computed at all: positions advance only over valid tokens,
+which is what openpi's ``cumsum(mask) - 1`` positions amount to.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .config import ModelConfig
+from .layers import AdaRMSNorm, RMSNorm, RotaryEmbedding, apply_rope, attend, attend_two_parts, sinusoidal_time_embedding
+from .mot import MoTLayer
+from .vision import VisionTower
+
+
+class ExtendPlan(Protocol):
+    """Where a batch of new tokens sits in the KV pool (built by ``oxygen_ros.kv.batch``)."""
+
+    ctx_index: Tensor  # [B, T] pool slots of every context token of each row (incl. the new ones), right-padded
+    ctx_len: Tensor  # [B] valid context length of each row, including the new tokens
+    write_index: Tensor  # [B, S] pool slots for the new tokens' keys/values
+    positions: Tensor  # [B, S] RoPE positions of the new tokens
+
+
+@dataclass
+class PrefixOutput:
+    length: int  # tokens written to the KV memory
+    num_image_tokens: int
+    last_hidden: Tensor  # [W] final-normed hidden state of the last prompt token (next-token logits source)
+
+
+class Pi05Model(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        b, e = config.backbone, config.expert
+        self.vision_tower = VisionTower(config.vision)
+        self.multi_modal_projector = nn.Linear(config.vision.width, b.width)
+        self.embed_tokens = nn.Embedding(config.vocab_size, b.width)
+        self.layers = nn.ModuleList(MoTLayer(b, e) for _ in range(b.depth))
+        self.norm = RMSNorm(b.width, b.rms_norm_eps)
+        self.action_norm = AdaRMSNorm(e.width, e.width, e.rms_norm_eps)
+        self.action_in_proj = nn.Linear(config.action_dim, e.width)
+        self.action_out_proj = nn.Linear(e.width, config.action_dim)
+        self.time_mlp_in = nn.Linear(e.width, e.width)
+        self.time_mlp_out = nn.Linear(e.width, e.width)
+        self.rope = RotaryEmbedding(b.head_dim, config.rope_theta)
+        self.requires_grad_(False)  # inference only: no autograd bookkeeping anywhere
+
+    # ----------------------------------------------------------------------------------------------- helpers
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed_tokens.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed_tokens.weight.device
+
+    def embed_text(self, tokens: Tensor) -> Tensor:
+        scale = torch.tensor(math.sqrt(self.config.backbone.width), dtype=self.dtype)
+        return self.embed_tokens(tokens) * scale
+
+    def embed_prefix(self, images: Tensor, image_mask: Tensor, tokens: Tensor) -> tuple[Tensor, int]:
+        """images [slots, 3, S, S], image_mask [slots] bool, tokens [n] → embeds [1, T, W], image tokens."""
+        cfg = self.config
+        if images.shape[0] != cfg.num_image_slots or image_mask.shape != (cfg.num_image_slots,):
+            raise ValueError(f"expected {cfg.num_image_slots} image slots and a mask of that length")
+        if tokens.dim() != 1 or tokens.numel() == 0:
+            raise ValueError("tokens must be a non-empty 1-D tensor")
+        if tokens.numel() > cfg.max_prompt_tokens:
+            raise ValueError(f"prompt has {tokens.numel()} tokens; the model allows {cfg.max_prompt_tokens}")
+        parts = []
+        valid = images[image_mask.to(torch.bool)]
+        if valid.shape[0]:
+            feats = self.multi_modal_projector(self.vision_tower(valid.to(self.device)))
+            parts.append(feats.reshape(1, -1, feats.shape[-1]))
+        n_img = sum(p.shape[1] for p in parts)
+        parts.append(self.embed_text(tokens.to(self.device)).unsqueeze(0))
+        return torch.cat(parts, dim=1), n_img
+
+    def prefix_mask(self, n_img: int, n_txt: int) -> Tensor:
+        """[T, T] bool: who in the prefix may attend to whom."""
+        t = n_img + n_txt
+        if self.config.prefix_attention == "bidirectional":
+            return torch.ones(t, t, dtype=torch.bool, device=self.device)
+        # causal_text (OxyGen): images see images; text token i sees all images and text ≤ i.
+        mask = torch.ones(t, t, dtype=torch.bool, device=self.device).tril()
+        mask[:n_img, :n_img] = True
+        return mask
+
+    def _time_condition(self, t: Tensor) -> Tensor:
+        emb = sinusoidal_time_embedding(t, self.config.expert.width).to(self.dtype)
+        return F.silu(self.time_mlp_out(F.silu(self.time_mlp_in(emb))))
+
+    # ------------------------------------------------------------------------------------------------ prefill
+    @torch.inference_mode()
+    def prefill(self, images: Tensor, image_mask: Tensor, tokens: Tensor, k_out: Tensor, v_out: Tensor) -> PrefixOutput:
+        """Run the observation prefix through the backbone once and write its KV into ``k_out``/``v_out``.
+
+        ``k_out``/``v_out`` are [L, ≥T, Hkv, D] (typically zero-copy views into the KV pool).
+        """
+        x, n_img = self.embed_prefix(images, image_mask, tokens)
+        t = x.shape[1]
+        if k_out.shape[1] < t:
+            raise ValueError(f"KV destination holds {k_out.shape[1]} tokens; the prefix has {t}")
+        cos, sin = self.rope.cos_sin(torch.arange(t, device=self.device).unsqueeze(0), self.dtype)
+        mask = self.prefix_mask(n_img, t - n_img).unsqueeze(0)
+        last = len(self.layers) - 1
+        for i, layer in enumerate(self.layers):
+            q, k, v, _ = layer.vlm.pre_attention(x, None)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            k_out[i, :t].copy_(k[0])
+            v_out[i, :t].copy_(v[0])
+            if i == last:  # only the last token's output is ever read: skip the rest of the final layer
+                q, mask, x = q[:, -1:], mask[:, -1:], x[:, -1:]
+            x = layer.vlm.post_attention(x, attend(q, k, v, mask), None, None)
+        hidden, _ = self.norm(x[0, -1])
+        return PrefixOutput(length=t, num_image_tokens=n_img, last_hidden=hidden)
+
+    # ---------------------------------------------------------------------------------------------- actions
+    @torch.inference_mode()
+    def sample_actions(self, prefix_k: Tensor, prefix_v: Tensor, noise: Tensor, num_steps: int | None = None) -> Tensor:
+        """Euler flow-matching from t=1 (noise) to t=0 against a cached prefix.
+
+        prefix_k/v [L, T, Hkv, D] are read in place at every step and never written. noise [H, A] → [H, A]
+        (float32, still normalized).
+        """
+        steps = num_steps or self.config.num_denoise_steps
+        t_prefix = prefix_k.shape[1]
+        horizon = noise.shape[0]
+        positions = torch.arange(t_prefix, t_prefix + horizon, device=self.device).unsqueeze(0)
+        cos, sin = self.rope.cos_sin(positions, self.dtype)
+        pk, pv = prefix_k.unsqueeze(1), prefix_v.unsqueeze(1)  # [L, 1, T, Hkv, D] views
+        x_t = noise.to(self.device, torch.float32).unsqueeze(0)
+        dt = -1.0 / steps
+        for step in range(steps):
+            time = torch.full((1,), 1.0 + step * dt, device=self.device)
+            cond = self._time_condition(time)
+            x = self.action_in_proj(x_t.to(self.dtype))
+            for i, layer in enumerate(self.layers):
+                q, k, v, gate = layer.action.pre_attention(x, cond)
+                q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+                attn = attend_two_parts(q, pk[i], pv[i], k, v, None)
+                x = layer.action.post_attention(x, attn, gate, cond)
+            x, _ = self.action_norm(x, cond)
+            x_t = x_t + dt * self.action_out_proj(x).float()
+        return x_t[0]
+
+    # ------------------------------------------------------------------------------------------------- text
+    @torch.inference_mode()
+    def extend(self, tokens: Tensor, plan: ExtendPlan, pool_k: Tensor, pool_v: Tensor) -> Tensor:
+        """Feed new text tokens [B, S] for B requests whose contexts live in the pool; → hidden [B, W].
+
+        Writes the new tokens' K/V at ``plan.write_index`` and attends over ``plan.ctx_index`` (right-padded;
+        row b sees its first ``ctx_len[b]`` slots, causally for the new tokens). Returns the final-normed
+        hidden state of each row's last new token.
+        """
+        b, s = tokens.shape
+        hkv, d = pool_k.shape[2], pool_k.shape[3]
+        x = self.embed_text(tokens.to(self.device))
+        cos, sin = self.rope.cos_sin(plan.positions, self.dtype)
+        t = plan.ctx_index.shape[1]
+        limit = plan.ctx_len.unsqueeze(1) - s + torch.arange(1, s + 1, device=self.device).unsqueeze(0)  # [B, S]
+        mask = torch.arange(t, device=self.device).view(1, 1, t) < limit.unsqueeze(-1)  # [B, S, T]
+        write = plan.write_index.reshape(-1)
+        gather = plan.ctx_index.reshape(-1)
+        for i, layer in enumerate(self.layers):
+            q, k, v, _ = layer.vlm.pre_attention(x, None)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            pool_k[i].index_copy_(0, write, k.reshape(b * s, hkv, d))
+            pool_v[i].index_copy_(0, write, v.reshape(b * s, hkv, d))
+            kc = pool_k[i].index_select(0, gather).view(b, t, hkv, d)
+            vc = pool_v[i].index_select(0, gather).view(b, t, hkv, d)
+            x = layer.vlm.post_attention(x, attend(q, kc, vc, mask), None, None)
+        hidden, _ = self.norm(x[:, -1])
+        return hidden
+
+    def lm_logits(self, hidden: Tensor) -> Tensor:
+        """hidden [..., W] → logits [..., vocab] through the tied embedding."""
+        return F.linear(hidden.to(self.dtype), self.embed_tokens.weight)
+
+    @torch.inference_mode()
+    def greedy_tokens(self, hidden: Tensor) -> Tensor:
+        """Greedy next tokens [B]: argmax of the logits (no softmax needed)."""
+        return self.lm_logits(hidden).argmax(dim=-1)
+
+    # ------------------------------------------------------------------------------- uncached reference path
+    @torch.inference_mode()
+    def joint_velocity(self, images: Tensor, image_mask: Tensor, tokens: Tensor, x_t: Tensor, time: float) -> Tensor:
+        """One full joint forward of prefix and action tokens, no cache: both experts in every layer.
+
+        The reference the cached path is tested against. x_t [H, A] → velocity [H, A] (float32).
+        """
+        xp, n_img = self.embed_prefix(images, image_mask, tokens)
+        tp, h = xp.shape[1], x_t.shape[0]
+        cond = self._time_condition(torch.full((1,), time, device=self.device))
+        xs = self.action_in_proj(x_t.to(self.device, self.dtype).unsqueeze(0))
+        total = tp + h
+        mask = torch.zeros(total, total, dtype=torch.bool, device=self.device)
+        mask[:tp, :tp] = self.prefix_mask(n_img, tp - n_img)
+        mask[tp:, :] = True  # action tokens see the whole prefix and each other; the prefix never sees them
+        mask = mask.unsqueeze(0)
+        cos, sin = self.rope.cos_sin(torch.arange(total, device=self.device).unsqueeze(0), self.dtype)
+        for layer in self.layers:
+            qp, kp, vp, _ = layer.vlm.pre_attention(xp, None)
+            qs, ks, vs, gate = layer.action.pre_attention(xs, cond)
+            q = apply_rope(torch.cat((qp, qs), 1), cos, sin)
+            k = apply_rope(torch.cat((kp, ks), 1), cos, sin)
+            attn = attend(q, k, torch.cat((vp, vs), 1), mask)
+            xp = layer.vlm.post_attention(xp, attn[:, :tp], None, None)
+            xs = layer.action.post_attention(xs, attn[:, tp:], gate, cond)
+        xs, _ = self.action_norm(xs, cond)
+        return self.action_out_proj(xs)[0].float()
+
+    @torch.inference_mode()
+    def sample_actions_uncached(
+        self, images: Tensor, image_mask: Tensor, tokens: Tensor, noise: Tensor, num_steps: int | None = None
+    ) -> Tensor:
+        """Euler sampling where every step recomputes the prefix jointly (the slow reference)."""
+        steps = num_steps or self.config.num_denoise_steps
+        x_t = noise.to(self.device, torch.float32)
+        dt = -1.0 / steps
+        for step in range(steps):
+            x_t = x_t + dt * self.joint_velocity(images, image_mask, tokens, x_t, 1.0 + step * dt)
+        return x_t
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
