@@ -1,0 +1,221 @@
+"""Unified KV cache manager: shared frame prefixes, text requests, admission and back-pressure.
+
+Not thread-safe: one engine thread owns the manager.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Literal
+
+from oxygen_ros.kv.pool import Extent, KVPool
+from oxygen_ros.kv.prefix import SharedPrefix
+from oxygen_ros.kv.request import FINISH_REASONS, TextRequest
+
+
+@dataclass
+class WaitingSpec:
+    """A request that could not start yet; it holds no KV and will fork from a later frame's prefix."""
+
+    id: int
+    task: str
+    continuation: list[int]
+    max_tokens: int
+    frame_seq: int
+    created_at: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Admission:
+    """Outcome of :meth:`KVCacheManager.submit`.
+
+    ``request_id`` identifies the submission whatever its status (a waiting spec keeps it when it
+    starts). ``dropped`` lists older waiting specs refused with reason "queue_full" by this call.
+    """
+
+    status: Literal["admitted", "waiting", "refused"]
+    request: TextRequest | None
+    reason: str
+    request_id: int = -1
+    dropped: list[WaitingSpec] = field(default_factory=list)
+
+
+@dataclass
+class KVStats:
+    """Memory and bookkeeping figures; ``used_bytes`` excludes the reserved scratch (``reserved_bytes``)."""
+
+    used_bytes: int
+    capacity_bytes: int
+    budget_bytes: int
+    reserved_bytes: int
+    live_prefixes: int
+    live_requests: int
+    waiting: int
+    refused_total: int
+    admitted_total: int
+    finished_total: int
+    scratch_in_use: bool
+
+
+class KVCacheManager:
+    """Owns a :class:`KVPool`: frame prefixes (ref-counted), text requests and their admission."""
+
+    def __init__(self, pool: KVPool, reserve_tokens: int,
+                 admission: Literal["wait", "refuse"] = "wait", max_waiting: int = 64) -> None:
+        if admission not in ("wait", "refuse"):
+            raise ValueError(f"KVCacheManager: admission must be 'wait' or 'refuse', got {admission!r}")
+        if reserve_tokens <= 0 or max_waiting < 0:
+            raise ValueError(f"KVCacheManager: need reserve_tokens > 0 and max_waiting >= 0, "
+                             f"got {reserve_tokens} and {max_waiting}")
+        scratch = pool.allocate(reserve_tokens)
+        if scratch is None:
+            raise ValueError(f"KVCacheManager: reserve_tokens={reserve_tokens} does not fit in a pool of "
+                             f"{pool.largest_free_run} free contiguous tokens")
+        self.pool, self.reserve_tokens, self.admission, self.max_waiting = pool, reserve_tokens, admission, max_waiting
+        self._scratch = scratch
+        self._scratch_owner: SharedPrefix | None = None
+        self._prefixes: dict[int, SharedPrefix] = {}
+        self._running: dict[int, TextRequest] = {}
+        self._waiting: deque[WaitingSpec] = deque()
+        self._next_prefix_id = 0
+        self._next_request_id = 0
+        self._refused = self._admitted = self._finished = 0
+
+    # -- prefixes ---------------------------------------------------------------------------------
+    def new_prefix(self, n_tokens: int, frame_seq: int, stamp_ns: int) -> SharedPrefix:
+        """Room for one frame's prefix (refcount 1, held by the caller): arena first, else the scratch."""
+        if not 0 < n_tokens <= self.reserve_tokens:
+            raise ValueError(f"new_prefix: n_tokens={n_tokens} must be in 1..reserve_tokens={self.reserve_tokens}")
+        extent, shareable = self.pool.allocate(n_tokens), True
+        if extent is None:
+            if self._scratch_owner is not None:
+                raise RuntimeError(f"new_prefix: arena full and the action scratch is still held by prefix "
+                                   f"{self._scratch_owner.id} (frame {self._scratch_owner.frame_seq}); "
+                                   f"release the previous prefix before prefilling")
+            extent, shareable = Extent(self._scratch.start, n_tokens), False
+        prefix = SharedPrefix(self._next_prefix_id, frame_seq, stamp_ns, extent, n_tokens, 1, shareable)
+        self._next_prefix_id += 1
+        self._prefixes[prefix.id] = prefix
+        if not shareable:
+            self._scratch_owner = prefix
+        return prefix
+
+    def retain(self, prefix: SharedPrefix) -> None:
+        if prefix.refcount <= 0:
+            raise RuntimeError(f"retain: prefix {prefix.id} (frame {prefix.frame_seq}) was already released")
+        prefix.refcount += 1
+
+    def release(self, prefix: SharedPrefix) -> None:
+        """Drop one reference; the last one returns the prefix's slots."""
+        if prefix.refcount <= 0 or self._prefixes.get(prefix.id) is not prefix:
+            raise RuntimeError(f"release: prefix {prefix.id} (frame {prefix.frame_seq}) is not live (double release?)")
+        prefix.refcount -= 1
+        if prefix.refcount == 0:
+            del self._prefixes[prefix.id]
+            if prefix.shareable:
+                self.pool.free(prefix.extent)
+            else:
+                self._scratch_owner = None
+
+    # -- requests ---------------------------------------------------------------------------------
+    def submit(self, task: str, prefix: SharedPrefix, continuation: list[int], max_tokens: int,
+               frame_seq: int, stamp_ns: int) -> Admission:
+        """Start a text request from ``prefix`` now, queue it for a later frame, or refuse it."""
+        if not continuation or max_tokens <= 0:
+            raise ValueError(f"submit({task!r}): need a non-empty continuation and max_tokens > 0, "
+                             f"got {len(continuation)} tokens and max_tokens={max_tokens}")
+        if not prefix.alive:
+            raise RuntimeError(f"submit({task!r}): prefix {prefix.id} was already released")
+        rid = self._next_request_id
+        self._next_request_id += 1
+        need = len(continuation) + max_tokens
+        # Even an empty arena must hold a frame prefix of this size next to the request's own extent.
+        if need + prefix.length > self.pool.capacity_tokens - self.reserve_tokens:
+            self._refused += 1
+            return Admission("refused", None, "too_large", rid)
+        if prefix.shareable:
+            request = self._start(rid, task, prefix, list(continuation), max_tokens, frame_seq, stamp_ns)
+            if request is not None:
+                return Admission("admitted", request, "", rid)
+        reason = "no_kv_memory" if prefix.shareable else "prefix_not_shareable"
+        if self.admission == "refuse" or self.max_waiting == 0:
+            self._refused += 1
+            return Admission("refused", None, reason if self.admission == "refuse" else "queue_full", rid)
+        dropped = []
+        while len(self._waiting) >= self.max_waiting:
+            dropped.append(self._waiting.popleft())
+            self._refused += 1
+        self._waiting.append(WaitingSpec(rid, task, list(continuation), max_tokens, frame_seq))
+        return Admission("waiting", None, reason, rid, dropped)
+
+    def admit_waiting(self, prefix: SharedPrefix, frame_seq: int, stamp_ns: int) -> list[TextRequest]:
+        """Start waiting specs in FIFO order from this frame's prefix until the head does not fit."""
+        started: list[TextRequest] = []
+        while self._waiting and prefix.shareable and prefix.alive:
+            spec = self._waiting[0]
+            request = self._start(spec.id, spec.task, prefix, spec.continuation, spec.max_tokens,
+                                  frame_seq, stamp_ns, spec.created_at)
+            if request is None:
+                break
+            self._waiting.popleft()
+            started.append(request)
+        return started
+
+    def _start(self, rid: int, task: str, prefix: SharedPrefix, continuation: list[int], max_tokens: int,
+               frame_seq: int, stamp_ns: int, created_at: float | None = None) -> TextRequest | None:
+        extent = self.pool.allocate(len(continuation) + max_tokens)
+        if extent is None:
+            return None
+        self.retain(prefix)
+        request = TextRequest(rid, task, frame_seq, stamp_ns, prefix, extent, continuation, max_tokens)
+        if created_at is not None:
+            request.created_at = created_at  # latency counts the time spent waiting
+        self._running[rid] = request
+        self._admitted += 1
+        return request
+
+    def finish(self, request: TextRequest, reason: str) -> None:
+        """Mark finished, free its extent and drop its prefix reference; a second call is a no-op."""
+        if reason not in FINISH_REASONS:
+            raise ValueError(f"finish: unknown reason {reason!r}, expected one of {FINISH_REASONS}")
+        if request.finished or self._running.get(request.id) is not request:
+            return
+        request.finished, request.finish_reason = True, reason
+        request.pending_token = None
+        del self._running[request.id]
+        self.pool.free(request.extent)
+        self.release(request.prefix)
+        self._finished += 1
+
+    def running(self) -> list[TextRequest]:
+        """Live requests in id order."""
+        return sorted(self._running.values(), key=lambda r: r.id)
+
+    def get(self, request_id: int) -> TextRequest | None:
+        """The live request with this id, or None."""
+        return self._running.get(request_id)
+
+    @property
+    def waiting_count(self) -> int:
+        return len(self._waiting)
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def stats(self) -> KVStats:
+        reserved = self._scratch.length * self.pool.bytes_per_token
+        return KVStats(
+            used_bytes=self.pool.used_bytes - reserved, capacity_bytes=self.pool.capacity_bytes,
+            budget_bytes=self.pool.capacity_bytes, reserved_bytes=reserved,
+            live_prefixes=len(self._prefixes), live_requests=len(self._running), waiting=len(self._waiting),
+            refused_total=self._refused, admitted_total=self._admitted, finished_total=self._finished,
+            scratch_in_use=self._scratch_owner is not None)
+
+    def close(self) -> None:
+        """Cancel every request, drop waiting specs and release every prefix, whoever holds it."""
+        for request in self.running():
+            self.finish(request, "cancelled")
+        self._waiting.clear()
+        for prefix in list(self._prefixes.values()):
+            prefix.refcount = 1
+            self.release(prefix)
