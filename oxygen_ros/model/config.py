@@ -143,7 +143,7 @@ TINY = ModelConfig(
     vocab_size=512,
     action_dim=8,
     action_horizon=10,
-    max_prompt_tokens=48,
+    max_prompt_tokens=96,
 )
 
 # Shaped like pi0.5 for the CPU benchmark (issue 3): width 256 backbone with the real 257k vocabulary.
