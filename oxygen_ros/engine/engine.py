@@ -1,0 +1,260 @@
+"""The OxyGen engine: one shared prefill per frame, the action chunk first, text decoded in cross-frame batches.
+
+``tick`` is the critical path (prefill → action chunk → fork the frame's text requests). ``decode_step``
+advances every live text request by one token in a single batched model call, whatever frame each request
+came from and however long its context is. Between ticks a policy (``policy.py``) decides how many decode
+steps fit. Nothing here knows about ROS.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from oxygen_ros.kv import KVCacheManager, KVPool, SharedPrefix, TextRequest, commit, plan_decode, plan_extend
+from oxygen_ros.model.tokenizer import Tokenizer
+from oxygen_ros.model.vla import Pi05Model
+
+from .text_stream import TextStream
+from .types import FrameInput, TextEvent, TextTask, TickResult
+
+DEFAULT_KV_BUDGET_BYTES = 256 * 1024 * 1024
+
+
+@dataclass
+class EngineStats:
+    ticks: int
+    decode_steps: int
+    tokens_generated: int
+    last_prefill_s: float
+    last_action_s: float
+    last_decode_s: float
+    last_decode_batch: int
+    kv_used_bytes: int
+    kv_budget_bytes: int
+    live_prefixes: int
+    live_requests: int
+    waiting_requests: int
+    refused_total: int
+
+
+class Engine:
+    def __init__(
+        self,
+        model: Pi05Model,
+        tasks: Sequence[TextTask] = (),
+        tokenizer: Tokenizer | None = None,
+        kv_budget_bytes: int = DEFAULT_KV_BUDGET_BYTES,
+        admission: str = "wait",
+        max_waiting: int = 64,
+        ignore_eos: bool = False,
+        seed: int = 0,
+    ) -> None:
+        self.model = model
+        self.config = model.config
+        self.tasks = list(tasks)
+        names = [t.name for t in self.tasks]
+        if len(set(names)) != len(names):
+            raise ValueError(f"text task names must be unique, got {names}")
+        self.tokenizer = tokenizer
+        self.ignore_eos = ignore_eos
+        self._settings = dict(kv_budget_bytes=kv_budget_bytes, admission=admission, max_waiting=max_waiting, seed=seed)
+        b = self.config.backbone
+        pool = KVPool.from_budget_bytes(kv_budget_bytes, b.depth, b.num_kv_heads, b.head_dim, model.dtype, model.device)
+        self.kv = KVCacheManager(pool, self.config.max_prefix_tokens, admission, max_waiting)  # type: ignore[arg-type]
+        self.generator = torch.Generator(device="cpu").manual_seed(seed)
+        self._streams: dict[int, TextStream] = {}
+        self._seq: dict[int, int] = {}
+        self._first_hidden: dict[int, torch.Tensor] = {}  # requests whose first token is not sampled yet
+        self._ticks = 0
+        self._decode_steps = 0
+        self._tokens = 0
+        self._last = {"prefill": 0.0, "action": 0.0, "decode": 0.0}
+        self._last_batch = 0
+
+    # ------------------------------------------------------------------------------------------ frames
+    def prefill(self, frame: FrameInput) -> tuple[SharedPrefix, float]:
+        """Prefill one observation into the pool; returns the prefix (held by the caller) and seconds."""
+        t0 = time.perf_counter()
+        n_img = int(frame.image_mask.sum()) * self.config.tokens_per_image
+        prefix = self.kv.new_prefix(n_img + frame.prompt_tokens.numel(), frame.frame_seq, frame.stamp_ns)
+        try:
+            pool = self.kv.pool
+            out = self.model.prefill(
+                frame.images, frame.image_mask, frame.prompt_tokens, pool.view_k(prefix.extent), pool.view_v(prefix.extent)
+            )
+            assert out.length == prefix.length
+        except BaseException:
+            self.kv.release(prefix)
+            raise
+        return prefix, time.perf_counter() - t0
+
+    def act(self, prefix: SharedPrefix, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, float]:
+        """Sample one action chunk from a prefix, reading its KV in place."""
+        t0 = time.perf_counter()
+        if noise is None:
+            noise = self.sample_noise()
+        pool = self.kv.pool
+        actions = self.model.sample_actions(pool.view_k(prefix.extent), pool.view_v(prefix.extent), noise)
+        return actions, time.perf_counter() - t0
+
+    def due_tasks(self) -> list[TextTask]:
+        """The tasks the schedule starts on the next tick."""
+        return [t for t in self.tasks if t.due(self._ticks)]
+
+    def clone_with_model(self, model: Pi05Model) -> "Engine":
+        """A second, isolated engine (own KV pool) with the same tasks and settings on another model."""
+        return Engine(model, self.tasks, self.tokenizer, ignore_eos=self.ignore_eos, **self._settings)  # type: ignore[arg-type]
+
+    def sample_noise(self) -> torch.Tensor:
+        return torch.randn(self.config.action_horizon, self.config.action_dim, generator=self.generator)
+
+    def start_requests(self, prefix: SharedPrefix, frame: FrameInput, tasks: Sequence[TextTask]) -> TickResult:
+        """Fork text requests from a prefix and start waiting ones; fills started/waiting/refused lists."""
+        result = TickResult(frame.frame_seq, frame.stamp_ns, actions=None, prefill_s=0.0, action_s=0.0)  # type: ignore[arg-type]
+        t0 = time.perf_counter()
+        for request in self.kv.admit_waiting(prefix, frame.frame_seq, frame.stamp_ns):
+            self._begin(request)
+            result.started.append((request.id, request.task))
+        for task in tasks:
+            admission = self.kv.submit(task.name, prefix, list(task.continuation), task.max_tokens, frame.frame_seq, frame.stamp_ns)
+            if admission.status == "admitted":
+                self._begin(admission.request)
+                result.started.append((admission.request_id, task.name))
+            elif admission.status == "waiting":
+                result.waiting.append((admission.request_id, task.name))
+            else:
+                result.refused.append((admission.request_id, task.name, admission.reason))
+            for spec in admission.dropped:
+                result.refused.append((spec.id, spec.task, "queue_full"))
+        result.text_start_s = time.perf_counter() - t0
+        return result
+
+    def tick(
+        self, frame: FrameInput, noise: torch.Tensor | None = None, tasks: Sequence[TextTask] | None = None
+    ) -> TickResult:
+        """The critical path: shared prefill → action chunk → fork this frame's text requests.
+
+        ``tasks`` overrides the schedule (``[]`` = action only); by default the tasks due on this tick start.
+        """
+        due = self.due_tasks() if tasks is None else list(tasks)
+        self._ticks += 1
+        prefix, prefill_s = self.prefill(frame)
+        try:
+            actions, action_s = self.act(prefix, noise)
+            result = self.start_requests(prefix, frame, due) if (due or self.kv.waiting_count) else None
+        finally:
+            self.kv.release(prefix)  # text requests hold their own references
+        self._last["prefill"], self._last["action"] = prefill_s, action_s
+        out = result or TickResult(frame.frame_seq, frame.stamp_ns, None, 0.0, 0.0)  # type: ignore[arg-type]
+        out.actions, out.prefill_s, out.action_s, out.prefix_tokens = actions.cpu().numpy(), prefill_s, action_s, prefix.length
+        return out
+
+    # -------------------------------------------------------------------------------------------- text
+    def _begin(self, request: TextRequest) -> None:
+        """Feed the continuation prompt; the first token is sampled in the next decode step's LM-head call."""
+        n = len(request.continuation)
+        plan = plan_extend(request, n, self.model.device)
+        pool = self.kv.pool
+        self._first_hidden[request.id] = self.model.extend(plan.tokens, plan, pool.k, pool.v)[0]
+        commit([request], n)
+        task = next((t for t in self.tasks if t.name == request.task), None)
+        self._streams[request.id] = TextStream(self.tokenizer, task.stop if task else ())
+        self._seq[request.id] = 0
+
+    @property
+    def live_requests(self) -> int:
+        return len(self.kv.running())
+
+    def decode_step(self) -> list[TextEvent]:
+        """Advance every live request by one token in one batched call; returns the text events."""
+        running = self.kv.running()
+        if not running:
+            return []
+        t0 = time.perf_counter()
+        feed = [r for r in running if r.pending_token is not None]
+        fresh = [r for r in running if r.id in self._first_hidden]
+        hidden = []
+        if feed:
+            plan = plan_decode(feed, self.model.device)
+            pool = self.kv.pool
+            hidden.append(self.model.extend(plan.tokens, plan, pool.k, pool.v))
+            commit(feed, 1)
+        if fresh:
+            hidden.append(torch.stack([self._first_hidden.pop(r.id) for r in fresh]))
+        # One LM-head pass for all rows: the vocabulary projection dominates a small model's step.
+        next_tokens = self.model.greedy_tokens(torch.cat(hidden)).tolist()
+        events = [self._accept(r, tok) for r, tok in zip(feed + fresh, next_tokens)]
+        self._decode_steps += 1
+        self._tokens += len(events)
+        self._last["decode"], self._last_batch = time.perf_counter() - t0, len(events)
+        return events
+
+    def _accept(self, request: TextRequest, token: int) -> TextEvent:
+        now = time.monotonic()
+        if request.first_token_at is None:
+            request.first_token_at = now
+        stream = self._streams[request.id]
+        is_eos = token == self.config.eos_token_id and not self.ignore_eos
+        request.generated.append(token)
+        text = "" if is_eos else stream.push(token)
+        reason = ""
+        if is_eos:
+            reason = "eos"
+        elif stream.stopped:
+            reason = "stop"
+        elif len(request.generated) >= request.max_tokens:
+            reason = "max_tokens"
+        if reason:
+            if reason != "stop":
+                text += stream.finish()
+            return self._end(request, reason, text, [token])
+        request.pending_token = token
+        return self._event(request, text, [token], final=False, reason="")
+
+    def _end(self, request: TextRequest, reason: str, text: str, tokens: list[int]) -> TextEvent:
+        self.kv.finish(request, reason)
+        self._first_hidden.pop(request.id, None)
+        event = self._event(request, text, tokens, final=True, reason=reason)
+        self._streams.pop(request.id, None)
+        self._seq.pop(request.id, None)
+        return event
+
+    def _event(self, request: TextRequest, text: str, tokens: list[int], final: bool, reason: str) -> TextEvent:
+        seq = self._seq[request.id]
+        self._seq[request.id] = seq + 1
+        return TextEvent(request.id, request.task, seq, text, tokens, final, reason, request.frame_seq, request.frame_stamp_ns)
+
+    def drain(self, max_steps: int = 100_000) -> list[TextEvent]:
+        """Decode until no request is live (the ``shared``/``sequential`` modes finish text inside a frame)."""
+        events: list[TextEvent] = []
+        for _ in range(max_steps):
+            if not self.kv.running():
+                break
+            events += self.decode_step()
+        return events
+
+    def cancel_all(self) -> list[TextEvent]:
+        """Finish every live request with reason ``cancelled`` (shutdown); returns their final events."""
+        return [self._end(r, "cancelled", self._streams[r.id].finish(), []) for r in self.kv.running()]
+
+    def stats(self) -> EngineStats:
+        kv = self.kv.stats()
+        return EngineStats(
+            ticks=self._ticks,
+            decode_steps=self._decode_steps,
+            tokens_generated=self._tokens,
+            last_prefill_s=self._last["prefill"],
+            last_action_s=self._last["action"],
+            last_decode_s=self._last["decode"],
+            last_decode_batch=self._last_batch,
+            kv_used_bytes=kv.used_bytes,
+            kv_budget_bytes=kv.budget_bytes,
+            live_prefixes=kv.live_prefixes,
+            live_requests=kv.live_requests,
+            waiting_requests=kv.waiting,
+            refused_total=kv.refused_total,
+        )
