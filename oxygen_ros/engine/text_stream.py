@@ -17,13 +17,15 @@ class TextStream:
 
     def __init__(self, tokenizer: Tokenizer | None, stop: Sequence[str] = ()) -> None:
         self._decoder = IncrementalDecoder(tokenizer, strip_leading_space=False) if tokenizer else None
+        self._vocab = tokenizer.vocab_size if tokenizer else 0
         self._stop = [s for s in stop if s]
         self._pending = ""  # decoded but not yet emitted
         self.stopped = False
 
     def push(self, token_id: int) -> str:
         """Add a token; return the text now safe to emit. Sets ``stopped`` when a stop string appears."""
-        if self._decoder is None:
+        # A model vocabulary may be padded past the tokenizer's; such ids carry no text.
+        if self._decoder is None or not 0 <= token_id < self._vocab:
             return ""
         self._pending += self._decoder.push(token_id)
         return self._release(final=False)

@@ -1,0 +1,113 @@
+"""Runtime configuration: everything the node's parameters and the replay tools' YAML can set."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from oxygen_ros.engine.modes import MODES
+from oxygen_ros.model.config import PRESETS
+from oxygen_ros.model.prompt import PROMPT_FORMATS
+
+
+@dataclass
+class TaskConfig:
+    """A text task: its continuation prompt, how often it starts and how long it may run."""
+
+    name: str
+    prompt: str
+    every_n_frames: int = 1
+    max_tokens: int = 30
+    stop: list[str] = field(default_factory=list)
+
+
+def default_tasks() -> list[TaskConfig]:
+    return [
+        TaskConfig("language", " Subtask:", every_n_frames=1, max_tokens=12),
+        TaskConfig("memory", " Memory:", every_n_frames=10, max_tokens=20),
+    ]
+
+
+@dataclass
+class RuntimeConfig:
+    model_preset: str = "tiny"
+    checkpoint: str = ""
+    tokenizer: str = ""
+    norm_stats: str = ""
+    norm_mode: str = "quantile"
+    device: str = "cpu"
+    dtype: str = "float32"
+    horizon: int = 10
+    denoise_steps: int = 10
+    prompt_format: str = "pi05_state"
+    tasks: list[TaskConfig] = field(default_factory=default_tasks)
+    engine_mode: str = "oxygen"
+    tokens_per_frame: int = 0
+    kv_budget_mb: float = 256.0
+    admission: str = "wait"
+    max_waiting: int = 16
+    seed: int = 0
+
+    def validate(self) -> "RuntimeConfig":
+        """Raise ValueError naming the first bad field and why; returns self."""
+        checks: list[tuple[bool, str]] = [
+            (self.checkpoint != "" or self.model_preset in PRESETS, f"model_preset must be one of {sorted(PRESETS)}"),
+            (self.norm_mode in ("quantile", "mean_std"), "norm_mode must be 'quantile' or 'mean_std'"),
+            (self.dtype in ("float32", "bfloat16"), "dtype must be 'float32' or 'bfloat16'"),
+            (self.device == "cpu" or self.device.startswith("cuda"), "device must be 'cpu' or 'cuda[:N]'"),
+            (1 <= self.horizon <= 1000, "horizon must be in 1..1000"),
+            (1 <= self.denoise_steps <= 1000, "denoise_steps must be in 1..1000"),
+            (self.prompt_format in PROMPT_FORMATS, f"prompt_format must be one of {list(PROMPT_FORMATS)}"),
+            (self.engine_mode in MODES, f"engine_mode must be one of {list(MODES)}"),
+            (self.tokens_per_frame >= 0, "tokens_per_frame must be >= 0 (0 = fill the slack before the next tick)"),
+            (self.kv_budget_mb > 0, "kv_budget_mb must be positive"),
+            (self.admission in ("wait", "refuse"), "admission must be 'wait' or 'refuse'"),
+            (self.max_waiting >= 0, "max_waiting must be >= 0"),
+        ]
+        for ok, reason in checks:
+            if not ok:
+                raise ValueError(reason)
+        names = [t.name for t in self.tasks]
+        if len(set(names)) != len(names):
+            raise ValueError(f"task names must be unique, got {names}")
+        for t in self.tasks:
+            if not t.name or not t.name.replace("_", "").isalnum():
+                raise ValueError(f"task name {t.name!r} must be letters, digits and '_' (it becomes a topic name)")
+            if not t.prompt:
+                raise ValueError(f"task {t.name!r} needs a non-empty continuation prompt")
+            if t.every_n_frames < 1 or t.max_tokens < 1:
+                raise ValueError(f"task {t.name!r}: every_n_frames and max_tokens must be >= 1")
+        for path_field in ("checkpoint", "tokenizer", "norm_stats"):
+            value = getattr(self, path_field)
+            if value and not Path(value).expanduser().exists():
+                raise ValueError(f"{path_field}: {value} does not exist")
+        return self
+
+    @staticmethod
+    def tasks_from_lists(
+        names: list[str], prompts: list[str], every_n_frames: list[int], max_tokens: list[int]
+    ) -> list[TaskConfig]:
+        """The node's flat task parameters (ROS parameters cannot hold lists of mappings)."""
+        if not (len(names) == len(prompts) == len(every_n_frames) == len(max_tokens)):
+            raise ValueError(
+                "task_names, task_prompts, task_every_n_frames and task_max_tokens must have the same length "
+                f"(got {len(names)}, {len(prompts)}, {len(every_n_frames)}, {len(max_tokens)})"
+            )
+        return [TaskConfig(n, p, int(e), int(m)) for n, p, e, m in zip(names, prompts, every_n_frames, max_tokens)]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], ignore_unknown: bool = False) -> "RuntimeConfig":
+        """Build from a mapping; ``tasks`` may be a list of mappings or the node's flat ``task_*`` lists."""
+        data = dict(data)
+        known = {f.name for f in dataclasses.fields(cls)}
+        flat = ("task_names", "task_prompts", "task_every_n_frames", "task_max_tokens")
+        if any(k in data for k in flat):
+            data["tasks"] = cls.tasks_from_lists(*(list(data.pop(k, [])) for k in flat))
+        elif "tasks" in data:
+            data["tasks"] = [t if isinstance(t, TaskConfig) else TaskConfig(**t) for t in data["tasks"]]
+        unknown = sorted(set(data) - known)
+        if unknown and not ignore_unknown:
+            raise ValueError(f"unknown runtime settings: {unknown}")
+        return cls(**{k: v for k, v in data.items() if k in known})
