@@ -5,7 +5,7 @@ import random
 import pytest
 import torch
 
-from oxygen_ros.kv import KVCacheManager, KVPool, commit, plan_decode, plan_extend
+from oxygen_ros.kv import KVCacheManager, KVPool, commit, plan_step
 
 L, HKV, D = 3, 1, 4
 
@@ -56,16 +56,17 @@ def test_plan_indexes_prefix_then_own_slots():
     p2 = m.new_prefix(9, 2, 0)
     b = m.submit("memory", p2, [21, 22], 4, 2, 0).request
 
-    ext = plan_extend(a, 3)
-    assert ext.tokens.tolist() == [[11, 12, 13]] and ext.positions.tolist() == [[6, 7, 8]]
-    assert ext.write_index.tolist() == [a.extent.slots()[:3].tolist()]
-    assert ext.ctx_len.tolist() == [9]
-    assert ext.key_mask()[0].sum(-1).tolist() == [7, 8, 9]  # causal over the new tokens
-    commit([a], 3)
-    commit([b], 2)  # as if b's continuation was prefilled too
-    a.pending_token, b.pending_token = 99, 98
+    # First step: a feeds its 3-token continuation, b its 2-token one: one row per token.
+    first = plan_step([a, b])
+    assert first.tokens[:, 0].tolist() == [11, 12, 13, 21, 22]
+    assert first.positions[:, 0].tolist() == [6, 7, 8, 9, 10]
+    assert first.write_index[:, 0].tolist() == a.extent.slots()[:3].tolist() + b.extent.slots()[:2].tolist()
+    assert first.ctx_len.tolist() == [7, 8, 9, 10, 11]  # causal within each request
+    assert first.last_rows.tolist() == [2, 4]
+    commit([a, b])
+    a.generated, b.generated = [99], [98]
 
-    plan = plan_decode([a, b])
+    plan = plan_step([a, b])
     assert plan.tokens.tolist() == [[99], [98]]
     assert plan.positions.tolist() == [[9], [11]]
     assert plan.write_index.tolist() == [[a.extent.start + 3], [b.extent.start + 2]]
@@ -79,16 +80,10 @@ def test_plan_indexes_prefix_then_own_slots():
             got = pool.k[layer][plan.ctx_index[row, :n]][:, 0, 0]
             assert got.tolist() == [s + 1000 * layer for s in expect]
             assert torch.equal(pool.v[layer][plan.ctx_index[row, :n]], -pool.k[layer][plan.ctx_index[row, :n]])
-    assert plan.key_mask()[:, 0].sum(-1).tolist() == [10, 12]
-    commit([a, b], 1)
+    commit([a, b])
     assert (a.own_len, b.own_len) == (4, 3) and a.next_position == 10 and a.context_len == 10
-
-    a.generated = [99]
-    with pytest.raises(ValueError, match="unfed tokens"):
-        plan_extend(a, 2)
-    b.pending_token = None
-    with pytest.raises(ValueError, match="no pending token"):
-        plan_decode([a, b])
+    with pytest.raises(ValueError, match="no unfed token"):
+        plan_step([a, b])
 
 
 def test_wait_policy_queues_then_starts_from_a_later_prefix():
@@ -200,17 +195,10 @@ def test_thousand_frames_no_leak():
                            [rng.randrange(50) for _ in range(rng.randint(1, 10))], rng.randint(1, 40), frame, frame)
             waited += adm.status == "waiting"
         live = m.running()
-        for r in live:
-            if r.own_len == 0:  # prefill the continuation
-                assert plan_extend(r, len(r.continuation)).ctx_len.item() == r.prefix.length + len(r.continuation)
-                commit([r], len(r.continuation))
-                r.generated.append(rng.randrange(50))
-                r.pending_token = r.generated[-1]
-        ready = [r for r in live if r.own_len < len(r.continuation) + r.max_tokens - 1]
-        if ready:
-            plan = plan_decode(ready)
-            assert torch.equal(plan.positions[:, 0], torch.tensor([r.next_position for r in ready]))
-            commit(ready, 1)
+        if live:
+            plan = plan_step(live)
+            assert int(plan.ctx_len[plan.last_rows].min()) >= 2
+            commit(live)
         for r in live:
             done = len(r.generated) >= r.max_tokens or rng.random() < 0.05
             if done:
@@ -218,7 +206,6 @@ def test_thousand_frames_no_leak():
                 finished += 1
             else:
                 r.generated.append(rng.randrange(50))
-                r.pending_token = r.generated[-1]
         # Invariant: the pool holds exactly the live extents, the scratch and the arena prefixes.
         held = sum(r.extent.length for r in m.running()) + m.reserve_tokens
         prefixes = {id(q): q for q in [action_prefix] + [r.prefix for r in m.running()]}.values()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from oxygen_ros.kv import KVCacheManager, KVPool, SharedPrefix, TextRequest, commit, plan_decode, plan_extend
+from oxygen_ros.kv import KVCacheManager, KVPool, SharedPrefix, TextRequest, commit, plan_step
 from oxygen_ros.model.tokenizer import Tokenizer
 from oxygen_ros.model.vla import Pi05Model
 
@@ -68,7 +68,6 @@ class Engine:
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
         self._streams: dict[int, TextStream] = {}
         self._seq: dict[int, int] = {}
-        self._first_hidden: dict[int, torch.Tensor] = {}  # requests whose first token is not sampled yet
         self._ticks = 0
         self._decode_steps = 0
         self._tokens = 0
@@ -155,12 +154,8 @@ class Engine:
 
     # -------------------------------------------------------------------------------------------- text
     def _begin(self, request: TextRequest) -> None:
-        """Feed the continuation prompt; the first token is sampled in the next decode step's LM-head call."""
-        n = len(request.continuation)
-        plan = plan_extend(request, n, self.model.device)
-        pool = self.kv.pool
-        self._first_hidden[request.id] = self.model.extend(plan.tokens, plan, pool.k, pool.v)[0]
-        commit([request], n)
+        """Register a started request. Its continuation prompt is fed by the next decode step, batched with
+        everything else, so the tick's critical path ends with the action chunk."""
         task = next((t for t in self.tasks if t.name == request.task), None)
         self._streams[request.id] = TextStream(self.tokenizer, task.stop if task else ())
         self._seq[request.id] = 0
@@ -170,24 +165,21 @@ class Engine:
         return len(self.kv.running())
 
     def decode_step(self) -> list[TextEvent]:
-        """Advance every live request by one token in one batched call; returns the text events."""
+        """Advance every live request by one token in one batched call; returns the text events.
+
+        Requests started since the last step feed their continuation prompts in the same call (one row per
+        token), so a step also yields each new request's first token.
+        """
         running = self.kv.running()
         if not running:
             return []
         t0 = time.perf_counter()
-        feed = [r for r in running if r.pending_token is not None]
-        fresh = [r for r in running if r.id in self._first_hidden]
-        hidden = []
-        if feed:
-            plan = plan_decode(feed, self.model.device)
-            pool = self.kv.pool
-            hidden.append(self.model.extend(plan.tokens, plan, pool.k, pool.v))
-            commit(feed, 1)
-        if fresh:
-            hidden.append(torch.stack([self._first_hidden.pop(r.id) for r in fresh]))
-        # One LM-head pass for all rows: the vocabulary projection dominates a small model's step.
-        next_tokens = self.model.greedy_tokens(torch.cat(hidden)).tolist()
-        events = [self._accept(r, tok) for r, tok in zip(feed + fresh, next_tokens)]
+        plan = plan_step(running, self.model.device)
+        pool = self.kv.pool
+        hidden = self.model.extend(plan.tokens, plan, pool.k, pool.v)
+        commit(running)
+        next_tokens = self.model.greedy_tokens(hidden[plan.last_rows]).tolist()
+        events = [self._accept(r, tok) for r, tok in zip(running, next_tokens)]
         self._decode_steps += 1
         self._tokens += len(events)
         self._last["decode"], self._last_batch = time.perf_counter() - t0, len(events)
@@ -212,12 +204,10 @@ class Engine:
             if reason != "stop":
                 text += stream.finish()
             return self._end(request, reason, text, [token])
-        request.pending_token = token
         return self._event(request, text, [token], final=False, reason="")
 
     def _end(self, request: TextRequest, reason: str, text: str, tokens: list[int]) -> TextEvent:
         self.kv.finish(request, reason)
-        self._first_hidden.pop(request.id, None)
         event = self._event(request, text, tokens, final=True, reason=reason)
         self._streams.pop(request.id, None)
         self._seq.pop(request.id, None)

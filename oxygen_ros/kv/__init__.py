@@ -1,6 +1,6 @@
 """Unified KV cache manager: token-slot pool, shared frame prefixes, text requests, batch plans."""
 
-from oxygen_ros.kv.batch import BatchPlan, commit, plan_decode, plan_extend
+from oxygen_ros.kv.batch import BatchPlan, commit, plan_step, unfed_tokens
 from oxygen_ros.kv.manager import Admission, KVCacheManager, KVStats, WaitingSpec
 from oxygen_ros.kv.pool import Extent, KVPool
 from oxygen_ros.kv.prefix import SharedPrefix
@@ -8,5 +8,5 @@ from oxygen_ros.kv.request import FINISH_REASONS, TextRequest
 
 __all__ = [
     "Admission", "BatchPlan", "Extent", "FINISH_REASONS", "KVCacheManager", "KVPool", "KVStats",
-    "SharedPrefix", "TextRequest", "WaitingSpec", "commit", "plan_decode", "plan_extend",
+    "SharedPrefix", "TextRequest", "WaitingSpec", "commit", "plan_step", "unfed_tokens",
 ]

@@ -183,7 +183,6 @@ class KVCacheManager:
         if request.finished or self._running.get(request.id) is not request:
             return
         request.finished, request.finish_reason = True, reason
-        request.pending_token = None
         del self._running[request.id]
         self.pool.free(request.extent)
         self.release(request.prefix)

@@ -17,8 +17,8 @@ class TextRequest:
 
     Its own ``extent`` holds the KV of the continuation prompt followed by the generated tokens; it is
     sized ``len(continuation) + max_tokens`` at admission so a running request never needs more memory.
-    The tokens fed through the model so far are ``(continuation + generated)[:own_len]``; the last
-    sampled token waits in ``pending_token`` until the next decode step feeds it.
+    The tokens fed through the model so far are ``(continuation + generated)[:own_len]``; the rest (the
+    continuation prompt at first, then the last sampled token) is fed by the next batched step.
     """
 
     id: int
@@ -31,7 +31,6 @@ class TextRequest:
     max_tokens: int
     own_len: int = 0
     generated: list[int] = field(default_factory=list)
-    pending_token: int | None = None
     finished: bool = False
     finish_reason: str | None = None
     created_at: float = field(default_factory=time.monotonic)

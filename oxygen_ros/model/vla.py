@@ -155,7 +155,7 @@ class Pi05Model(nn.Module):
             for i, layer in enumerate(self.layers):
                 q, k, v, gate = layer.action.pre_attention(x, cond)
                 q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-                attn = attend_two_parts(q, pk[i], pv[i], k, v, None)
+                attn = attend_two_parts(q, pk[i], pv[i], k, v)
                 x = layer.action.post_attention(x, attn, gate, cond)
             x, _ = self.action_norm(x, cond)
             x_t = x_t + dt * self.action_out_proj(x).float()
