@@ -61,16 +61,17 @@ class GeGLU(nn.Module):
 
 
 class RotaryEmbedding(nn.Module):
-    """Rotate-half RoPE with precomputed inverse frequencies."""
+    """Rotate-half RoPE. Frequencies are computed in float32 on every call (cheap) rather than kept in a
+    buffer, so casting the model to bfloat16 or building it on the meta device never degrades them."""
 
     def __init__(self, head_dim: int, theta: float) -> None:
         super().__init__()
-        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.head_dim, self.theta = head_dim, theta
 
     def cos_sin(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """``positions`` [..., S] → cos, sin [..., S, head_dim] in ``dtype``."""
-        freqs = positions.float().unsqueeze(-1) * self.inv_freq
+        exponent = torch.arange(0, self.head_dim, 2, device=positions.device, dtype=torch.float32) / self.head_dim
+        freqs = positions.float().unsqueeze(-1) * (1.0 / self.theta**exponent)
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
