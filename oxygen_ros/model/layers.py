@@ -21,7 +21,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.zeros(dim))
 
-    def forward(self, x: Tensor, cond: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x: Tensor, modulation: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         xf = x.float()
         normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return (normed * (1.0 + self.weight.float())).to(x.dtype), None
@@ -30,7 +30,9 @@ class RMSNorm(nn.Module):
 class AdaRMSNorm(nn.Module):
     """pi0.5's adaptive RMSNorm: a dense layer of the condition gives (scale, shift, gate).
 
-    Output is ``x̂ · (1 + scale) + shift``; the gate multiplies the residual branch it precedes.
+    Output is ``x̂ · (1 + scale) + shift``; the gate multiplies the residual branch it precedes. ``forward``
+    takes the modulation ``dense(cond)`` rather than the condition, so a caller that knows the flow times in
+    advance can compute every norm's modulation for every step in one matrix product.
     """
 
     def __init__(self, dim: int, cond_dim: int, eps: float = 1e-6) -> None:
@@ -38,12 +40,12 @@ class AdaRMSNorm(nn.Module):
         self.eps = eps
         self.dense = nn.Linear(cond_dim, 3 * dim)
 
-    def forward(self, x: Tensor, cond: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
-        if cond is None:
-            raise ValueError("AdaRMSNorm needs the flow-matching time condition")
+    def forward(self, x: Tensor, modulation: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        if modulation is None:
+            raise ValueError("AdaRMSNorm needs the modulation of the flow-matching time condition")
         xf = x.float()
         normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        scale, shift, gate = self.dense(cond).float().unsqueeze(-2).chunk(3, dim=-1)
+        scale, shift, gate = modulation.float().unsqueeze(-2).chunk(3, dim=-1)
         return (normed * (1.0 + scale) + shift).to(x.dtype), gate.to(x.dtype)
 
 

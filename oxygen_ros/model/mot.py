@@ -7,13 +7,15 @@ action expert's norms are adaptive (conditioned on the flow time) and gate its r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import torch
 from torch import Tensor, nn
 
 from .config import ExpertConfig
 from .layers import AdaRMSNorm, GeGLU, RMSNorm
+
+
+# (input norm, post-attention norm) modulations of one block; (None, None) for a plain RMSNorm block.
+Modulations = tuple[Tensor | None, Tensor | None]
+NO_MODULATION: Modulations = (None, None)
 
 
 class ExpertAttentionProj(nn.Module):
@@ -48,15 +50,19 @@ class ExpertBlock(nn.Module):
         self.self_attn = ExpertAttentionProj(cfg)
         self.mlp = GeGLU(cfg.width, cfg.mlp_dim)
 
-    def pre_attention(self, x: Tensor, cond: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-        h, gate = self.input_layernorm(x, cond)
+    def adaptive_norms(self) -> list[AdaRMSNorm]:
+        return [n for n in (self.input_layernorm, self.post_attention_layernorm) if isinstance(n, AdaRMSNorm)]
+
+    def pre_attention(self, x: Tensor, mods: Modulations) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        h, gate = self.input_layernorm(x, mods[0])
         q, k, v = self.self_attn.qkv(h)
         return q, k, v, gate
 
-    def post_attention(self, x: Tensor, attn: Tensor, gate: Tensor | None, cond: Tensor | None) -> Tensor:
+    def post_attention(self, x: Tensor, attn: Tensor, gate: Tensor | None, mods: Modulations) -> Tensor:
         x = _gated_residual(x, self.self_attn.o_proj(attn), gate)
-        h, gate2 = self.post_attention_layernorm(x, cond)
+        h, gate2 = self.post_attention_layernorm(x, mods[1])
         return _gated_residual(x, self.mlp(h), gate2)
+
 
 
 def _gated_residual(x: Tensor, y: Tensor, gate: Tensor | None) -> Tensor:
@@ -68,16 +74,3 @@ class MoTLayer(nn.Module):
         super().__init__()
         self.vlm = ExpertBlock(backbone)
         self.action = ExpertBlock(expert, cond_dim=expert.width)
-
-
-@dataclass
-class LayerKV:
-    """Per-layer keys/values with RoPE applied, as cached. k, v [B, T, Hkv, D]."""
-
-    k: Tensor
-    v: Tensor
-
-
-def stack_layer_kv(kvs: list[LayerKV]) -> tuple[Tensor, Tensor]:
-    """list over layers → k, v [L, T, Hkv, D] (batch 1)."""
-    return torch.stack([kv.k[0] for kv in kvs]), torch.stack([kv.v[0] for kv in kvs])

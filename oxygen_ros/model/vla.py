@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from .config import ModelConfig
 from .layers import AdaRMSNorm, RMSNorm, RotaryEmbedding, apply_rope, attend, attend_two_parts, sinusoidal_time_embedding
-from .mot import MoTLayer
+from .mot import NO_MODULATION, Modulations, MoTLayer
 from .vision import VisionTower
 
 
@@ -107,6 +107,19 @@ class Pi05Model(nn.Module):
         emb = sinusoidal_time_embedding(t, self.config.expert.width).to(self.dtype)
         return F.silu(self.time_mlp_out(F.silu(self.time_mlp_in(emb))))
 
+    def _action_modulations(self, times: Tensor) -> tuple[list[list[Modulations]], list[Tensor]]:
+        """Every adaptive norm's modulation for every flow time, in one matrix product.
+
+        times [N] → (per time: per layer (input, post-attention) modulations; per time: the final norm's).
+        The times of a whole Euler schedule are known before it starts, so this runs once per chunk.
+        """
+        norms = [n for layer in self.layers for n in layer.action.adaptive_norms()] + [self.action_norm]
+        weight = torch.cat([n.dense.weight for n in norms])
+        bias = torch.cat([n.dense.bias for n in norms])
+        mods = F.linear(self._time_condition(times), weight, bias).unflatten(-1, (len(norms), -1))  # [N, norms, 3W]
+        per_time = [[(m[2 * i : 2 * i + 1], m[2 * i + 1 : 2 * i + 2]) for i in range(len(self.layers))] for m in mods]
+        return per_time, [m[-1:] for m in mods]
+
     # ------------------------------------------------------------------------------------------------ prefill
     @torch.inference_mode()
     def prefill(self, images: Tensor, image_mask: Tensor, tokens: Tensor, k_out: Tensor, v_out: Tensor) -> PrefixOutput:
@@ -122,13 +135,13 @@ class Pi05Model(nn.Module):
         mask = self.prefix_mask(n_img, t - n_img).unsqueeze(0)
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
-            q, k, v, _ = layer.vlm.pre_attention(x, None)
+            q, k, v, _ = layer.vlm.pre_attention(x, NO_MODULATION)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
             k_out[i, :t].copy_(k[0])
             v_out[i, :t].copy_(v[0])
             if i == last:  # only the last token's output is ever read: skip the rest of the final layer
                 q, mask, x = q[:, -1:], mask[:, -1:], x[:, -1:]
-            x = layer.vlm.post_attention(x, attend(q, k, v, mask), None, None)
+            x = layer.vlm.post_attention(x, attend(q, k, v, mask), None, NO_MODULATION)
         hidden, _ = self.norm(x[0, -1])
         return PrefixOutput(length=t, num_image_tokens=n_img, last_hidden=hidden)
 
@@ -148,16 +161,17 @@ class Pi05Model(nn.Module):
         pk, pv = prefix_k.unsqueeze(1), prefix_v.unsqueeze(1)  # [L, 1, T, Hkv, D] views
         x_t = noise.to(self.device, torch.float32).unsqueeze(0)
         dt = -1.0 / steps
+        times = 1.0 + dt * torch.arange(steps, device=self.device, dtype=torch.float32)
+        layer_mods, final_mods = self._action_modulations(times)
         for step in range(steps):
-            time = torch.full((1,), 1.0 + step * dt, device=self.device)
-            cond = self._time_condition(time)
             x = self.action_in_proj(x_t.to(self.dtype))
             for i, layer in enumerate(self.layers):
-                q, k, v, gate = layer.action.pre_attention(x, cond)
+                mods = layer_mods[step][i]
+                q, k, v, gate = layer.action.pre_attention(x, mods)
                 q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
                 attn = attend_two_parts(q, pk[i], pv[i], k, v)
-                x = layer.action.post_attention(x, attn, gate, cond)
-            x, _ = self.action_norm(x, cond)
+                x = layer.action.post_attention(x, attn, gate, mods)
+            x, _ = self.action_norm(x, final_mods[step])
             x_t = x_t + dt * self.action_out_proj(x).float()
         return x_t[0]
 
@@ -180,13 +194,13 @@ class Pi05Model(nn.Module):
         write = plan.write_index.reshape(-1)
         gather = plan.ctx_index.reshape(-1)
         for i, layer in enumerate(self.layers):
-            q, k, v, _ = layer.vlm.pre_attention(x, None)
+            q, k, v, _ = layer.vlm.pre_attention(x, NO_MODULATION)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
             pool_k[i].index_copy_(0, write, k.reshape(b * s, hkv, d))
             pool_v[i].index_copy_(0, write, v.reshape(b * s, hkv, d))
             kc = pool_k[i].index_select(0, gather).view(b, t, hkv, d)
             vc = pool_v[i].index_select(0, gather).view(b, t, hkv, d)
-            x = layer.vlm.post_attention(x, attend(q, kc, vc, mask), None, None)
+            x = layer.vlm.post_attention(x, attend(q, kc, vc, mask), None, NO_MODULATION)
         hidden, _ = self.norm(x[:, -1])
         return hidden
 
@@ -208,7 +222,7 @@ class Pi05Model(nn.Module):
         """
         xp, n_img = self.embed_prefix(images, image_mask, tokens)
         tp, h = xp.shape[1], x_t.shape[0]
-        cond = self._time_condition(torch.full((1,), time, device=self.device))
+        layer_mods, final_mods = self._action_modulations(torch.full((1,), time, device=self.device))
         xs = self.action_in_proj(x_t.to(self.device, self.dtype).unsqueeze(0))
         total = tp + h
         mask = torch.zeros(total, total, dtype=torch.bool, device=self.device)
@@ -216,15 +230,15 @@ class Pi05Model(nn.Module):
         mask[tp:, :] = True  # action tokens see the whole prefix and each other; the prefix never sees them
         mask = mask.unsqueeze(0)
         cos, sin = self.rope.cos_sin(torch.arange(total, device=self.device).unsqueeze(0), self.dtype)
-        for layer in self.layers:
-            qp, kp, vp, _ = layer.vlm.pre_attention(xp, None)
-            qs, ks, vs, gate = layer.action.pre_attention(xs, cond)
+        for layer, mods in zip(self.layers, layer_mods[0]):
+            qp, kp, vp, _ = layer.vlm.pre_attention(xp, NO_MODULATION)
+            qs, ks, vs, gate = layer.action.pre_attention(xs, mods)
             q = apply_rope(torch.cat((qp, qs), 1), cos, sin)
             k = apply_rope(torch.cat((kp, ks), 1), cos, sin)
             attn = attend(q, k, torch.cat((vp, vs), 1), mask)
-            xp = layer.vlm.post_attention(xp, attn[:, :tp], None, None)
-            xs = layer.action.post_attention(xs, attn[:, tp:], gate, cond)
-        xs, _ = self.action_norm(xs, cond)
+            xp = layer.vlm.post_attention(xp, attn[:, :tp], None, NO_MODULATION)
+            xs = layer.action.post_attention(xs, attn[:, tp:], gate, mods)
+        xs, _ = self.action_norm(xs, final_mods[0])
         return self.action_out_proj(xs)[0].float()
 
     @torch.inference_mode()
