@@ -24,6 +24,12 @@ from .types import FrameInput, TextEvent, TextTask, TickResult
 DEFAULT_KV_BUDGET_BYTES = 256 * 1024 * 1024
 
 
+def _sync(device: torch.device) -> None:
+    """Wait for queued GPU work so the latencies reported are the real ones."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 @dataclass
 class EngineStats:
     ticks: int
@@ -86,6 +92,7 @@ class Engine:
                 frame.images, frame.image_mask, frame.prompt_tokens, pool.view_k(prefix.extent), pool.view_v(prefix.extent)
             )
             assert out.length == prefix.length
+            _sync(self.model.device)
         except BaseException:
             self.kv.release(prefix)
             raise
@@ -98,6 +105,7 @@ class Engine:
             noise = self.sample_noise()
         pool = self.kv.pool
         actions = self.model.sample_actions(pool.view_k(prefix.extent), pool.view_v(prefix.extent), noise)
+        _sync(self.model.device)
         return actions, time.perf_counter() - t0
 
     def due_tasks(self) -> list[TextTask]:

@@ -1,0 +1,1 @@
+"""``oxygen-bench``: the OxyGen comparison (sequential / parallel / shared / oxygen / action_only) on one model."""

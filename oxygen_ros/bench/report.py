@@ -1,0 +1,108 @@
+"""Derived figures, the printed table, results.json and the plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def interpolate_decode(parts: dict, batch: float) -> float:
+    """D(B) from the measured points, linear in between (a decode step's cost is near-linear in B)."""
+    points = sorted((int(b), s) for b, s in parts["decode_s"].items())
+    if batch <= points[0][0]:
+        return points[0][1]
+    for (b0, s0), (b1, s1) in zip(points, points[1:]):
+        if batch <= b1:
+            return s0 + (s1 - s0) * (batch - b0) / (b1 - b0)
+    (b0, s0), (b1, s1) = points[-2], points[-1]
+    return s1 + (s1 - s0) * (batch - b1) / (b1 - b0)
+
+
+def add_comparisons(records: list[dict], parts: dict) -> None:
+    """Speedups over ``sequential`` at the same N, share of the action-only rate, oxygen's efficiency."""
+    seq = {r["decode_len"]: r for r in records if r["mode"] == "sequential"}
+    ceiling = next((r["action_hz"] for r in records if r["mode"] == "action_only"), None)
+    for r in records:
+        base = seq.get(r["decode_len"])
+        r["speedup_action_vs_sequential"] = r["action_hz"] / base["action_hz"] if base else None
+        r["speedup_tokens_vs_sequential"] = (
+            r["tokens_per_s"] / base["tokens_per_s"] if base and base["tokens_per_s"] else None
+        )
+        r["fraction_of_action_only"] = r["action_hz"] / ceiling if ceiling else None
+        r["efficiency"] = None
+        if r["mode"] == "oxygen" and r["decode_batch"]:
+            k = r["tokens_per_frame"]
+            ideal = parts["prefill_s"] + parts["action_s"] + k * interpolate_decode(parts, r["decode_batch"])
+            r["efficiency"] = ideal / (r["frame_ms"] / 1e3)
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def format_table(records: list[dict], parts: dict, header: str) -> str:
+    lines = [header, ""]
+    d = parts["decode_s"]
+    lines.append(
+        f"parts: P (prefill, {parts['prefix_tokens']} positions) = {parts['prefill_s'] * 1e3:.1f} ms   "
+        f"A (action chunk) = {parts['action_s'] * 1e3:.1f} ms   "
+        + "   ".join(f"D({b}) = {s * 1e3:.1f} ms" for b, s in sorted(d.items(), key=lambda kv: int(kv[0])))
+    )
+    lines.append("")
+    cols = f"{'mode':<12}{'N':>4}{'k':>4}{'frame ms':>10}{'action Hz':>11}{'tok/s':>9}{'peak MB':>9}"
+    cols += f"{'xseq act':>10}{'xseq tok':>10}{'/act-only':>10}{'eff':>6}"
+    lines += [cols, "-" * len(cols)]
+    order = {"action_only": 0, "sequential": 1, "parallel": 2, "shared": 3, "oxygen": 4}
+    for r in sorted(records, key=lambda r: (r["decode_len"], order[r["mode"]], r["tokens_per_frame"])):
+        k = r["tokens_per_frame"] if r["mode"] == "oxygen" else None
+        lines.append(
+            f"{r['mode']:<12}{r['decode_len']:>4}{_fmt(k, 'd'):>4}{r['frame_ms']:>10.1f}{r['action_hz']:>11.2f}"
+            f"{r['tokens_per_s']:>9.1f}{r['peak_mem_bytes'] / 2**20:>9.0f}"
+            f"{_fmt(r['speedup_action_vs_sequential'], '.2f'):>10}{_fmt(r['speedup_tokens_vs_sequential'], '.2f'):>10}"
+            f"{_fmt(r['fraction_of_action_only'], '.0%'):>10}{_fmt(r['efficiency'], '.2f'):>6}"
+        )
+    lines.append("")
+    lines.append("xseq: ratio to sequential at the same N; /act-only: action Hz as a share of action_only; "
+                 "eff: (P + A + k*D(B)) / frame time for oxygen, B = its measured live batch.")
+    return "\n".join(lines)
+
+
+def write_outputs(out_dir: Path, records: list[dict], parts: dict, meta: dict) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = out_dir / "results.json"
+    results.write_text(json.dumps(records, indent=2))
+    (out_dir / "parts.json").write_text(json.dumps({"parts": parts, "meta": meta}, indent=2))
+    return [results, out_dir / "parts.json", *plot(out_dir, records)]
+
+
+def plot(out_dir: Path, records: list[dict]) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for metric, label, name in (("action_hz", "action rate (Hz)", "action_hz.png"), ("tokens_per_s", "text throughput (tokens/s)", "tokens_per_s.png")):
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        series: dict[str, list[tuple[int, float]]] = {}
+        for r in records:
+            key = f"oxygen k={r['tokens_per_frame']}" if r["mode"] == "oxygen" else r["mode"]
+            series.setdefault(key, []).append((r["decode_len"], r[metric]))
+        lens = sorted({r["decode_len"] for r in records if r["mode"] != "action_only"})
+        for key, points in sorted(series.items()):
+            if key == "action_only":
+                if metric == "action_hz" and lens:
+                    ax.hlines(points[0][1], lens[0], lens[-1], linestyles="dashed", colors="grey", label="action_only")
+                continue
+            points.sort()
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=key)
+        ax.set_xlabel("decode length N (tokens per request)")
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        path = out_dir / name
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written

@@ -1,0 +1,56 @@
+"""oxygen-bench runs end to end (tiny preset, one frame per point) and writes what it promises.
+
+No timing is asserted here: speed figures live in the benchmark's own output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from oxygen_ros.bench.report import add_comparisons, interpolate_decode
+
+
+def test_bench_cli_writes_results_and_plots(tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    cmd = [sys.executable, "-m", "oxygen_ros.bench.cli", "--preset", "tiny", "--dtype", "float32", "--frames", "1",
+           "--lengths", "2", "3", "--tokens-per-frame", "1", "2", "--threads", "1", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "measuring parts" in proc.stderr and "frame 1/" in proc.stderr  # progress is shown
+    records = json.loads((out / "results.json").read_text())
+    modes = {r["mode"] for r in records}
+    assert modes == {"action_only", "sequential", "parallel", "shared", "oxygen"}
+    oxygen = [r for r in records if r["mode"] == "oxygen"]
+    assert sorted((r["decode_len"], r["tokens_per_frame"]) for r in oxygen) == [(2, 1), (2, 2), (3, 1), (3, 2)]
+    for r in records:
+        for key in ("mode", "decode_len", "tokens_per_frame", "action_hz", "tokens_per_s", "peak_mem_bytes"):
+            assert key in r
+        assert r["action_hz"] > 0 and r["peak_mem_bytes"] > 0
+        assert (r["tokens_per_s"] > 0) == (r["mode"] != "action_only")
+    seq = next(r for r in records if r["mode"] == "sequential" and r["decode_len"] == 3)
+    assert seq["speedup_action_vs_sequential"] == 1.0
+    assert all(r["efficiency"] is not None for r in oxygen)
+    assert (out / "action_hz.png").stat().st_size > 1000 and (out / "tokens_per_s.png").stat().st_size > 1000
+    assert "action Hz" in proc.stdout and "oxygen" in proc.stdout
+
+
+def test_decode_cost_interpolation_and_comparisons() -> None:
+    parts = {"prefill_s": 0.2, "action_s": 0.1, "decode_s": {"1": 0.01, "10": 0.02, "30": 0.06}}
+    assert interpolate_decode(parts, 1) == 0.01
+    assert abs(interpolate_decode(parts, 20) - 0.04) < 1e-12
+    assert abs(interpolate_decode(parts, 40) - 0.08) < 1e-12
+    records = [
+        {"mode": "sequential", "decode_len": 30, "tokens_per_frame": 30, "action_hz": 10.0, "tokens_per_s": 30.0,
+         "frame_ms": 1000.0, "decode_batch": None},
+        {"mode": "action_only", "decode_len": 0, "tokens_per_frame": 0, "action_hz": 40.0, "tokens_per_s": 0.0,
+         "frame_ms": 250.0, "decode_batch": None},
+        {"mode": "oxygen", "decode_len": 30, "tokens_per_frame": 1, "action_hz": 30.0, "tokens_per_s": 90.0,
+         "frame_ms": 400.0, "decode_batch": 30},
+    ]
+    add_comparisons(records, parts)
+    oxy = records[2]
+    assert oxy["speedup_action_vs_sequential"] == 3.0 and oxy["speedup_tokens_vs_sequential"] == 3.0
+    assert oxy["fraction_of_action_only"] == 0.75
+    assert abs(oxy["efficiency"] - (0.2 + 0.1 + 0.06) / 0.4) < 1e-12
