@@ -85,7 +85,7 @@ class Pi05Model(nn.Module):
         if tokens.numel() > cfg.max_prompt_tokens:
             raise ValueError(f"prompt has {tokens.numel()} tokens; the model allows {cfg.max_prompt_tokens}")
         parts = []
-        valid = images[image_mask.to(torch.bool)]
+        valid = images.index_select(0, image_mask.to(torch.bool).nonzero().flatten())
         if valid.shape[0]:
             feats = self.multi_modal_projector(self.vision_tower(valid.to(self.device)))
             parts.append(feats.reshape(1, -1, feats.shape[-1]))
