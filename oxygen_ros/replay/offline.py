@@ -1,0 +1,428 @@
+"""Deterministic offline replay: a bag's inputs through the policy at their recorded times, no DDS.
+
+The replay behaves like the node on recorded time: input messages are stored as they arrive (converted,
+or refused with a reason) in the node's own `InputStore`; control ticks fall at ``t0 + n / rate`` where
+``t0`` is the bag's first message; each tick takes the node's snapshot (same staleness, missing and
+refused-input rules), runs `PolicyRuntime.step` and then advances the text streams by a fixed number of
+decode steps (``tokens_per_frame``; wall-clock deadlines would make replays differ). Outputs go to a new
+bag stamped at the tick times, on the node's topics:
+
+- ``<node>/action_chunk``: oxygen_ros_msgs/ActionChunk (header stamp = the observation's camera stamp)
+- the trajectory topic: trajectory_msgs/JointTrajectory (when enabled and joint names are set)
+- ``<node>/text/<task>``: oxygen_ros_msgs/TextDelta; ``<node>/text/<task>/final``: std_msgs/String
+
+Latency fields of the chunks are written as 0 unless ``record_latencies`` (they are wall-clock
+measurements and would break byte-identical outputs); the summary reports them either way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from oxygen_ros.ros.convert import (
+    action_chunk_msg,
+    compressed_image_to_array,
+    image_to_array,
+    joint_positions,
+    stamp_to_ns,
+    text_delta_msg,
+)
+from oxygen_ros.ros.inputs import InputStore, ObservationError
+from oxygen_ros.ros.outputs import JointLimits, trajectory_msg
+from oxygen_ros.runtime import InputError, PolicyRuntime
+
+from .bagio import (
+    ACTION_CHUNK, COMPRESSED_IMAGE, IMAGE, JOINT_STATE, JOINT_TRAJECTORY, NS_PER_S, STRING, TEXT_DELTA,
+    BagError, BagMessage, BagReader, BagWriter, string_msg,
+)  # fmt: skip
+from .config import ReplayConfig
+
+DEFAULT_TOKENS_PER_FRAME = 4
+MAX_LISTED_SKIPS = 100
+ProgressFn = Callable[[float, str], None]
+
+
+class ReplayError(Exception):
+    """The bag cannot drive the policy at all (e.g. no usable camera topic); the message says why."""
+
+
+@dataclasses.dataclass
+class OfflineOptions:
+    """How to replay: output storage, text decoding per tick, draining, latencies."""
+
+    storage: str | None = None  # output storage ("mcap" / "sqlite3"); None = from the output's suffix
+    remap: Mapping[str, str] = dataclasses.field(default_factory=dict)  # applies to input and output topics
+    tokens_per_frame: int | None = None  # None = the config's value, or DEFAULT_TOKENS_PER_FRAME if that is 0
+    seed: int | None = None  # None = the config's seed
+    drain: bool = True  # after the last tick keep decoding until every text request has finished
+    record_latencies: bool = False
+    overwrite: bool = False
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"count": 0}
+    arr = np.asarray(values)
+    return {"count": len(values), "mean": float(arr.mean()), "p50": float(np.median(arr)),
+            "p95": float(np.percentile(arr, 95)), "max": float(arr.max())}  # fmt: skip
+
+
+class OfflineReplay:
+    """One replay of one bag into one output bag; :meth:`run` returns the summary dict."""
+
+    def __init__(self, bag: str | Path, output: str | Path, config: ReplayConfig, options: OfflineOptions | None = None,
+                 progress: ProgressFn | None = None) -> None:  # fmt: skip
+        self.bag = Path(bag)
+        self.output = Path(output)
+        self.config = config
+        self.options = options or OfflineOptions()
+        self.progress = progress
+        self.warnings: list[str] = []
+        s = config.settings
+        self.period_ns = round(NS_PER_S / s.control_rate_hz)
+        self.max_age_ns = round(s.max_observation_age_s * NS_PER_S)
+        self.cameras = config.camera_topics
+        self.optional = list(s.camera_optional)
+        self.use_state = bool(s.joint_names)
+        self.slot_of = {t: i for i, t in enumerate(self.cameras) if t}
+        # results
+        self.skips: Counter[str] = Counter()
+        self.skipped_ticks: list[dict[str, Any]] = []
+        self.inputs: Counter[str] = Counter()
+        self.undecodable = 0
+        self.engine_errors = 0
+        self.step_wall: list[float] = []
+        self.decode_wall: list[float] = []
+        self.prefill_s: list[float] = []
+        self.action_s: list[float] = []
+        self.deadline_misses = 0
+        self.frames = self.chunks = self.trajectories = self.clamped = 0
+        self.text: dict[str, list[dict[str, Any]]] = {t.name: [] for t in config.runtime.tasks}
+        self._pieces: dict[int, list[str]] = {}
+        self._tokens: dict[int, int] = {}
+
+    # --------------------------------------------------------------------------------------- checks
+    def _check_topics(self, reader: BagReader) -> list[str]:
+        """Warn about configured inputs the bag lacks or has with another type; return the topics to read."""
+        topics = reader.topics
+        s = self.config.settings
+        have = ", ".join(f"{t} ({i.msgtype})" for t, i in sorted(topics.items())) or "nothing"
+        usable: list[str] = []
+        for slot, topic in enumerate(self.cameras):
+            if not topic:
+                continue
+            want = COMPRESSED_IMAGE if s.camera_compressed[slot] else IMAGE
+            info = topics.get(topic)
+            problem = None
+            if info is None:
+                problem = "is not in the bag"
+            elif info.msgtype != want:
+                problem = f"has type {info.msgtype} in the bag, expected {want}; its messages are ignored"
+            if problem is None:
+                usable.append(topic)
+                continue
+            self.slot_of.pop(topic, None)
+            note = "" if self.optional[slot] else " (the node would skip every tick: camera_optional is false)"
+            self.optional[slot] = True
+            self.warnings.append(f"camera slot {slot} topic {topic} {problem}; the slot is masked for this replay{note}")
+        if not usable:
+            configured = [t for t in self.cameras if t]
+            raise ReplayError(
+                f"bag {self.bag} has none of the camera topics {configured} with an image type (it has: {have});"
+                " map recorded topics with --remap /recorded:=/configured"
+            )
+        read = list(usable)
+        for topic, want, needed in ((self.config.joint_state_topic, JOINT_STATE, self.use_state),
+                                    (self.config.instruction_topic, STRING, False)):  # fmt: skip
+            info = topics.get(topic)
+            if info is not None and info.msgtype == want:
+                read.append(topic)
+            elif info is not None:
+                self.warnings.append(f"topic {topic} has type {info.msgtype} in the bag, expected {want}; ignored")
+            elif needed:
+                self.warnings.append(f"joint state topic {topic} is not in the bag: every tick will be skipped")
+            elif topic == self.config.instruction_topic and not s.default_instruction.strip():
+                self.warnings.append(f"instruction topic {topic} is not in the bag and default_instruction is empty")
+        return read
+
+    # ---------------------------------------------------------------------------------------- inputs
+    def _feed(self, store: InputStore, reader: BagReader, msg: BagMessage) -> None:
+        """What the node's subscription callbacks do, with the recorded time as the receive time."""
+        try:
+            obj = reader.deserialize(msg)
+        except BagError as exc:
+            self.undecodable += 1
+            if self.undecodable <= 3:
+                self.warnings.append(str(exc))
+            return
+        self.inputs[msg.topic] += 1
+        recv = msg.timestamp_ns
+        slot = self.slot_of.get(msg.topic)
+        if slot is not None:
+            stamp = stamp_to_ns(obj.header.stamp)
+            convert = compressed_image_to_array if msg.msgtype == COMPRESSED_IMAGE else image_to_array
+            try:
+                # rosbags hands out read-only buffers; the model wants arrays it may own (torch warns otherwise).
+                image = np.require(convert(obj), requirements="W")
+            except Exception as exc:  # noqa: BLE001 - as the node: anything a malformed message raises refuses it
+                store.reject_image(slot, str(exc), stamp, recv)
+                return
+            store.put_image(slot, image, stamp, recv, str(obj.header.frame_id))
+        elif msg.topic == self.config.joint_state_topic:
+            stamp = stamp_to_ns(obj.header.stamp)
+            try:
+                positions = joint_positions(obj, self.config.settings.joint_names)
+            except Exception as exc:  # noqa: BLE001 - as the node
+                store.reject_joint_state(str(exc), stamp, recv)
+                return
+            store.put_joint_state(positions, stamp, recv)
+        elif msg.topic == self.config.instruction_topic:
+            store.put_instruction(str(obj.data), recv)
+
+    def _skip(self, tick: int, now_ns: int, t0: int, kind: str, reason: str) -> None:
+        self.skips[kind] += 1
+        if len(self.skipped_ticks) < MAX_LISTED_SKIPS:
+            self.skipped_ticks.append({"tick": tick, "time_s": round((now_ns - t0) / NS_PER_S, 9), "kind": kind, "reason": reason})
+
+    # --------------------------------------------------------------------------------------- outputs
+    def _out(self, topic: str) -> str:
+        return self.options.remap.get(topic, topic)
+
+    def _write_events(self, writer: BagWriter, events: list, now_ns: int) -> None:
+        publish = self.config.settings.publish_text
+        for ev in events:
+            if publish:
+                msg = text_delta_msg(
+                    request_id=ev.request_id, task=ev.task, seq=ev.seq, text=ev.text, token_ids=ev.token_ids,
+                    final=ev.final, finish_reason=ev.finish_reason, stamp=now_ns, source_stamp=ev.frame_stamp_ns,
+                    source_frame_seq=ev.frame_seq,
+                )  # fmt: skip
+                writer.write(self._out(self.config.text_topic(ev.task)), TEXT_DELTA, now_ns, msg)
+            self._pieces.setdefault(ev.request_id, []).append(ev.text)
+            self._tokens[ev.request_id] = self._tokens.get(ev.request_id, 0) + len(ev.token_ids)
+            if ev.final:
+                full = "".join(self._pieces.pop(ev.request_id))
+                if publish:
+                    writer.write(self._out(self.config.final_text_topic(ev.task)), STRING, now_ns, string_msg(writer.typestore, full))
+                self.text.setdefault(ev.task, []).append({
+                    "request_id": ev.request_id, "frame_seq": ev.frame_seq, "frame_stamp_ns": ev.frame_stamp_ns,
+                    "text": full, "finish_reason": ev.finish_reason, "tokens": self._tokens.pop(ev.request_id),
+                })  # fmt: skip
+
+    def _write_chunk(self, writer: BagWriter, runtime: PolicyRuntime, result: Any, obs: Any, now_ns: int) -> None:
+        s = self.config.settings
+        actions = result.actions
+        record = self.options.record_latencies
+        chunk = action_chunk_msg(
+            actions, stamp=obs.stamp_ns, frame_seq=result.tick.frame_seq, step_period_s=s.step_period_s,
+            joint_names=s.joint_names, prefill_latency_s=result.tick.prefill_s if record else 0.0,
+            action_latency_s=result.tick.action_s if record else 0.0, engine_mode=runtime.config.engine_mode,
+            frame_id=obs.frame_id,
+        )  # fmt: skip
+        traj = None
+        if s.publish_trajectory and s.joint_names:
+            traj, clamped = trajectory_msg(actions, s.joint_names, s.step_period_s,
+                                           JointLimits(s.joint_limits_lower, s.joint_limits_upper))  # fmt: skip
+            self.clamped += clamped
+        writer.write(self._out(self.config.action_chunk_topic), ACTION_CHUNK, now_ns, chunk)
+        self.chunks += 1
+        if traj is not None:
+            writer.write(self._out(self.config.trajectory_topic), JOINT_TRAJECTORY, now_ns, traj)
+            self.trajectories += 1
+
+    # ------------------------------------------------------------------------------------------ run
+    def load_runtime(self) -> PolicyRuntime:
+        """The runtime with the replay's determinism settings (fixed decode steps per tick, seed)."""
+        cfg = dataclasses.replace(self.config.runtime)
+        if self.options.seed is not None:
+            cfg.seed = self.options.seed
+        if self.options.tokens_per_frame is not None:
+            cfg.tokens_per_frame = self.options.tokens_per_frame
+        elif cfg.tokens_per_frame == 0:
+            cfg.tokens_per_frame = DEFAULT_TOKENS_PER_FRAME
+        if cfg.tokens_per_frame < 1:
+            raise ReplayError("offline replay needs tokens_per_frame >= 1 (deadline-driven decoding is not reproducible)")
+        return PolicyRuntime.load(cfg)
+
+    def run(self, runtime: PolicyRuntime | None = None) -> dict[str, Any]:
+        """Replay; returns the summary. Raises BagError / ReplayError / RuntimeLoadError before writing
+        anything when the bag or the configuration cannot be used."""
+        wall_start = time.perf_counter()
+        if self.output.resolve() == self.bag.resolve():
+            raise ReplayError(f"the output bag {self.output} is the input bag; choose another output")
+        with BagReader(self.bag, remap=self.options.remap) as reader:
+            topics = self._check_topics(reader)
+            if runtime is None:
+                runtime = self.load_runtime()
+            elif runtime.config.engine_mode == "oxygen" and runtime.config.tokens_per_frame < 1:
+                raise ReplayError("offline replay needs a runtime with tokens_per_frame >= 1 (deadlines are not reproducible)")
+            store = self._input_store(runtime)
+            s = self.config.settings
+            t0, end = reader.start_ns, reader.end_ns
+            n_ticks = (end - t0) // self.period_ns + 1 if reader.message_count else 0
+            period_s = self.period_ns / NS_PER_S
+            messages = reader.messages(topics)
+            pending = next(messages, None)
+            now = t0
+            with BagWriter(self.output, storage=self.options.storage, overwrite=self.options.overwrite) as writer:
+                for tick in range(n_ticks):
+                    now = t0 + round(tick * NS_PER_S / s.control_rate_hz)
+                    while pending is not None and pending.timestamp_ns <= now:
+                        self._feed(store, reader, pending)
+                        pending = next(messages, None)
+                    self._tick(writer, runtime, store, tick, now, t0, period_s)
+                    if self.progress is not None:
+                        self.progress((tick + 1) / n_ticks, f"tick {tick + 1}/{n_ticks}, {self.chunks} chunks")
+                self._finish(writer, runtime, now, period_s)
+            self.warnings = list(reader.warnings) + self.warnings
+            truncated = reader.truncated
+        stats = runtime.stats()
+        return self._summary(runtime, stats, n_ticks, t0, end, truncated, time.perf_counter() - wall_start)
+
+    def _input_store(self, runtime: PolicyRuntime) -> InputStore:
+        """The node's input store: configured slots, padded with masked slots up to the model's."""
+        s = self.config.settings
+        slots = runtime.num_image_slots
+        problems = []
+        if len(self.cameras) > slots:
+            problems.append(f"camera_topics has {len(self.cameras)} entries but the model has {slots} image slots")
+        if len(s.joint_names) > runtime.action_dim:
+            problems.append(f"joint_names has {len(s.joint_names)} joints but the model's actions have {runtime.action_dim} dimensions")
+        if s.joint_names and runtime.state_dim is not None and len(s.joint_names) != runtime.state_dim:
+            problems.append(f"joint_names has {len(s.joint_names)} joints but the norm stats describe a state of {runtime.state_dim}")
+        if problems:
+            raise ReplayError("parameters do not fit the model: " + "; ".join(problems))
+        pad = slots - len(self.cameras)
+        return InputStore([*self.cameras, *[""] * pad], [*self.optional, *[True] * pad],
+                          [*s.camera_sizes, *[(0, 0)] * pad], self.use_state, s.max_instruction_chars)  # fmt: skip
+
+    def _tick(self, writer: BagWriter, runtime: PolicyRuntime, store: InputStore, tick: int, now: int, t0: int,
+              period_s: float) -> None:  # fmt: skip
+        s = self.config.settings
+        work_start = time.perf_counter()
+        try:
+            obs = store.snapshot(now, self.max_age_ns, s.default_instruction)
+        except ObservationError as exc:
+            self._skip(tick, now, t0, exc.kind, str(exc))
+        else:
+            try:
+                frame = runtime.make_frame(obs.images, obs.state, obs.instruction, obs.stamp_ns)
+            except InputError as exc:
+                store.count(f"skipped_invalid_{exc.kind}")
+                self._skip(tick, now, t0, f"invalid_{exc.kind}", str(exc))
+            else:
+                try:
+                    result = runtime.step(frame)
+                    self.frames += 1
+                    self._write_chunk(writer, runtime, result, obs, now)
+                except Exception as exc:  # noqa: BLE001 - as the node: count, no chunk, keep going
+                    self._engine_error(tick, now, t0, "control tick", exc)
+                    result = None
+                if result is not None:
+                    self._write_events(writer, result.events, now)
+                work = time.perf_counter() - work_start
+                self.step_wall.append(work)
+                self.prefill_s.append(result.tick.prefill_s)
+                self.action_s.append(result.tick.action_s)
+                if work > period_s:
+                    self.deadline_misses += 1
+        decode_start = time.perf_counter()
+        try:
+            events = runtime.decode()
+        except Exception as exc:  # noqa: BLE001 - as the node
+            self._engine_error(tick, now, t0, "text decode", exc)
+            return
+        if events:
+            self.decode_wall.append(time.perf_counter() - decode_start)
+        self._write_events(writer, events, now)
+
+    def _engine_error(self, tick: int, now: int, t0: int, where: str, exc: BaseException) -> None:
+        message = f"{where} failed: {type(exc).__name__}: {exc}"
+        self.engine_errors += 1
+        if where == "control tick":
+            self._skip(tick, now, t0, "engine_error", message)
+        if self.engine_errors <= 3:
+            self.warnings.append(f"tick {tick}: {message}")
+
+    def _finish(self, writer: BagWriter, runtime: PolicyRuntime, last_ns: int, period_s: float) -> None:
+        """Drain live text at further tick times (or cancel it), so every stream ends with a final delta."""
+        now = last_ns
+        if self.options.drain:
+            longest = max((t.max_tokens for t in self.config.runtime.tasks), default=1)
+            k = max(runtime.config.tokens_per_frame, 1)
+            for _ in range(math.ceil(longest / k) + 2):
+                st = runtime.stats()
+                if st.live_requests == 0:
+                    break
+                now += self.period_ns
+                self._write_events(writer, runtime.decode(), now)
+        self._write_events(writer, runtime.close(), now)
+
+    def _summary(self, runtime: PolicyRuntime, stats: Any, n_ticks: int, t0: int, end: int, truncated: bool,
+                 wall_s: float) -> dict[str, Any]:  # fmt: skip
+        s, cfg = self.config.settings, runtime.config
+        return {
+            "bag": str(self.bag),
+            "output": str(self.output),
+            "params": self.config.source,
+            "node": self.config.node_fqn,
+            "engine_mode": cfg.engine_mode,
+            "tokens_per_frame": cfg.tokens_per_frame,
+            "seed": cfg.seed,
+            "control_rate_hz": s.control_rate_hz,
+            "bag_start_ns": t0,
+            "bag_duration_s": (end - t0) / NS_PER_S,
+            "truncated": truncated,
+            "ticks": n_ticks,
+            "frames": self.frames,
+            "chunks": self.chunks,
+            "trajectories": self.trajectories,
+            "clamped_positions": self.clamped,
+            "skipped": dict(sorted(self.skips.items())),
+            "skipped_ticks": self.skipped_ticks,
+            "inputs": dict(sorted(self.inputs.items())),
+            "undecodable_messages": self.undecodable,
+            "engine_errors": self.engine_errors,
+            "tokens": stats.tokens_generated,
+            "decode_steps": stats.decode_steps,
+            "refused_requests": stats.refused_total,
+            "text": self.text,
+            "topics": {
+                "action_chunk": self._out(self.config.action_chunk_topic),
+                "trajectory": self._out(self.config.trajectory_topic) if self.trajectories else "",
+                "text": {t: self._out(self.config.text_topic(t)) for t in self.text},
+                "final_text": {t: self._out(self.config.final_text_topic(t)) for t in self.text},
+            },
+            # Wall-clock measurements: informational, they differ from run to run.
+            "timing": {
+                "control_period_s": self.period_ns / NS_PER_S,
+                "deadline_misses": self.deadline_misses,
+                "tick_work_s": _stats(self.step_wall),
+                "prefill_s": _stats(self.prefill_s),
+                "action_s": _stats(self.action_s),
+                "decode_s": _stats(self.decode_wall),
+                "wall_s": wall_s,
+            },
+            "warnings": self.warnings,
+        }
+
+
+def replay_offline(bag: str | Path, output: str | Path, config: ReplayConfig, options: OfflineOptions | None = None,
+                   progress: ProgressFn | None = None, runtime: PolicyRuntime | None = None) -> dict[str, Any]:  # fmt: skip
+    """Replay ``bag`` through the policy into the new bag ``output``; returns the summary (see module doc)."""
+    return OfflineReplay(bag, output, config, options, progress).run(runtime)
+
+
+def default_output(bag: str | Path) -> Path:
+    """``<bag>_oxygen.mcap`` next to the input (a folder bag keeps its name as the stem)."""
+    p = Path(bag)
+    stem = p.name if p.is_dir() else p.stem
+    return p.parent / f"{stem}_oxygen.mcap"
