@@ -16,8 +16,10 @@ if [[ -f "$stamp" && "$(cat "$stamp")" == "$inputs_hash" ]]; then
   exit 0
 fi
 
-echo "[setup] creating virtual environment in $venv"
-[[ -x "$venv/bin/python" ]] || "$py" -m venv "$venv"
+if [[ ! -x "$venv/bin/python" ]]; then
+  echo "[setup] creating virtual environment in $venv"
+  "$py" -m venv "$venv"
+fi
 export HOME="${HOME:-$root}"
 export ROS_LOG_DIR="${ROS_LOG_DIR:-$root/.venv/ros_log}"
 mkdir -p "$ROS_LOG_DIR"
@@ -29,6 +31,10 @@ echo "[setup] installing ROS 2 Kilted wheels"
 echo "[setup] building the oxygen_ros_msgs interface package into the venv"
 bash scripts/build_interfaces.sh "$venv"
 echo "[setup] installing oxygen_ros (editable)"
-"$venv/bin/python" -m pip install -q --no-deps --no-build-isolation -e .
+log="$venv/oxygen_install.log"
+if ! "$venv/bin/python" -m pip install -q --no-deps --no-build-isolation -e . >"$log" 2>&1; then
+  cat "$log" >&2
+  exit 1
+fi
 echo "$inputs_hash" > "$stamp"
 echo "[setup] done"
