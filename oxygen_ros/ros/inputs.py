@@ -1,0 +1,225 @@
+"""The latest inputs of the node: one image per camera slot, the joint state and the instruction.
+
+Subscription callbacks (any thread) only store what arrived, already converted, or the reason it was
+refused; the control tick takes a consistent `snapshot` under the same lock. Staleness is judged at the
+tick with the node clock (so `use_sim_time` and bag replay work): an input whose header stamp (the receive
+time when the stamp is zero) is more than `max_age` away from now is stale.
+
+A refused or stale input never yields a chunk built from something else: a required camera, the joint
+state or the instruction that is bad, stale or missing makes the snapshot fail with an `ObservationError`
+naming the reason; an optional camera in that state is a masked slot instead.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["InputStore", "KNOWN_COUNTERS", "Observation", "ObservationError"]
+
+# rejected_*: messages refused on arrival (dropped); skipped_*: ticks without a chunk, by reason;
+# masked_slot: ticks where an optional camera was masked.
+KNOWN_COUNTERS = (
+    "rejected_image", "rejected_joint_state", "rejected_instruction", "masked_slot",
+    "skipped_missing_image", "skipped_rejected_image", "skipped_stale_image", "skipped_no_camera",
+    "skipped_missing_joint_state", "skipped_rejected_joint_state", "skipped_stale_joint_state",
+    "skipped_missing_instruction", "skipped_rejected_instruction",
+)
+
+
+class ObservationError(Exception):
+    """No observation can be built this tick. `kind` keys the skip counter (e.g. "stale_image")."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class _Sample:
+    """The latest message of one input: its value, or the reason it was refused."""
+
+    value: object | None
+    error: str | None
+    stamp_ns: int
+    recv_ns: int
+    frame_id: str = ""
+
+    def age_ns(self, now_ns: int) -> int:
+        """Distance from now, in either direction (a stamp far in the future is as wrong as an old one)."""
+        reference = self.stamp_ns if self.stamp_ns > 0 else self.recv_ns
+        return abs(now_ns - reference)
+
+
+@dataclass
+class Observation:
+    """What the control tick feeds the runtime."""
+
+    images: list[np.ndarray | None]  # one per configured slot; None = masked
+    state: np.ndarray | None
+    instruction: str
+    stamp_ns: int  # stamp of the first camera used (the observation's time)
+    frame_id: str
+    masked: list[int] = field(default_factory=list)  # optional slots masked this tick
+
+
+class InputStore:
+    """Thread-safe store of the latest inputs and counters of refused/stale/missing ones.
+
+    `cameras[i]` is the topic of slot i ("" = no camera, always masked); `optional[i]` says whether a
+    slot may be masked when its image is missing, stale or bad; `sizes[i]` is the expected (width,
+    height), 0 meaning any. `use_state` = False ignores joint states (no state in the observation).
+    """
+
+    def __init__(
+        self,
+        cameras: Sequence[str],
+        optional: Sequence[bool],
+        sizes: Sequence[tuple[int, int]],
+        use_state: bool,
+        max_instruction_chars: int = 2000,
+    ) -> None:
+        if not (len(cameras) == len(optional) == len(sizes)):
+            raise ValueError("cameras, optional and sizes need one entry per slot")
+        self.cameras = list(cameras)
+        self.optional = list(optional)
+        self.sizes = list(sizes)
+        self.use_state = use_state
+        self.max_instruction_chars = max_instruction_chars
+        self._lock = threading.Lock()
+        self._images: list[_Sample | None] = [None] * len(cameras)
+        self._state: _Sample | None = None
+        self._instruction: _Sample | None = None
+        # Known counters start at 0 so /diagnostics always shows the same keys.
+        self._counters: Counter[str] = Counter({k: 0 for k in KNOWN_COUNTERS})
+
+    # ------------------------------------------------------------------------------ receiving
+    def put_image(self, slot: int, image: np.ndarray, stamp_ns: int, recv_ns: int, frame_id: str = "") -> str | None:
+        """Store a converted HxWx3 image; returns the refusal reason if its size is not the slot's."""
+        width, height = self.sizes[slot]
+        h, w = image.shape[:2]
+        if (width and w != width) or (height and h != height):
+            want = f"{width or 'any'}x{height or 'any'}"
+            return self.reject_image(slot, f"image is {w}x{h}, slot {slot} expects {want}", stamp_ns, recv_ns)
+        with self._lock:
+            self._images[slot] = _Sample(image, None, stamp_ns, recv_ns, frame_id)
+        return None
+
+    def reject_image(self, slot: int, reason: str, stamp_ns: int, recv_ns: int) -> str:
+        """Record a refused image: the slot has no usable image until a good one arrives."""
+        message = f"camera slot {slot} ({self.cameras[slot]}): {reason}"
+        with self._lock:
+            self._images[slot] = _Sample(None, message, stamp_ns, recv_ns)
+            self._counters["rejected_image"] += 1
+        return message
+
+    def put_joint_state(self, positions: np.ndarray, stamp_ns: int, recv_ns: int) -> None:
+        with self._lock:
+            self._state = _Sample(np.asarray(positions, dtype=np.float32), None, stamp_ns, recv_ns)
+
+    def reject_joint_state(self, reason: str, stamp_ns: int, recv_ns: int) -> str:
+        message = f"joint state: {reason}"
+        with self._lock:
+            self._state = _Sample(None, message, stamp_ns, recv_ns)
+            self._counters["rejected_joint_state"] += 1
+        return message
+
+    def put_instruction(self, text: str, recv_ns: int) -> str | None:
+        """Store an instruction; returns the refusal reason for an empty or over-long one."""
+        stripped = text.strip()
+        reason = None
+        if not stripped:
+            reason = "instruction is empty"
+        elif len(stripped) > self.max_instruction_chars:
+            reason = f"instruction has {len(stripped)} characters, at most {self.max_instruction_chars} are allowed"
+        with self._lock:
+            self._instruction = _Sample(None if reason else stripped, reason, 0, recv_ns)
+            if reason:
+                self._counters["rejected_instruction"] += 1
+        return reason
+
+    # -------------------------------------------------------------------------------- the tick
+    def snapshot(self, now_ns: int, max_age_ns: int, default_instruction: str = "") -> Observation:
+        """The observation for a tick, or ObservationError (counted as "skipped_<kind>")."""
+        with self._lock:
+            try:
+                return self._snapshot(now_ns, max_age_ns, default_instruction)
+            except ObservationError as exc:
+                self._counters[f"skipped_{exc.kind}"] += 1
+                raise
+
+    def _snapshot(self, now_ns: int, max_age_ns: int, default_instruction: str) -> Observation:
+        images: list[np.ndarray | None] = []
+        masked: list[int] = []
+        stamp_ns, frame_id = None, ""
+        for slot, topic in enumerate(self.cameras):
+            if not topic:
+                images.append(None)
+                continue
+            image, kind, reason = self._camera(slot, now_ns, max_age_ns)
+            if image is None:
+                if not self.optional[slot]:
+                    raise ObservationError(kind, reason)
+                self._counters["masked_slot"] += 1
+                masked.append(slot)
+            elif stamp_ns is None:
+                sample = self._images[slot]
+                assert sample is not None
+                stamp_ns, frame_id = sample.stamp_ns, sample.frame_id
+            images.append(image)
+        if stamp_ns is None:
+            raise ObservationError("no_camera", "no usable camera image in any slot")
+        state = self._joint_state(now_ns, max_age_ns)
+        instruction = self._current_instruction(default_instruction)
+        return Observation(images, state, instruction, stamp_ns, frame_id, masked)
+
+    def _camera(self, slot: int, now_ns: int, max_age_ns: int) -> tuple[np.ndarray | None, str, str]:
+        sample = self._images[slot]
+        where = f"camera slot {slot} ({self.cameras[slot]})"
+        if sample is None:
+            return None, "missing_image", f"{where}: no image received yet"
+        if sample.error is not None:
+            return None, "rejected_image", sample.error
+        age = sample.age_ns(now_ns)
+        if age > max_age_ns:
+            return None, "stale_image", f"{where}: latest image is {age / 1e9:.3f} s away from now (max {max_age_ns / 1e9:.3f} s)"
+        return sample.value, "", ""  # type: ignore[return-value]
+
+    def _joint_state(self, now_ns: int, max_age_ns: int) -> np.ndarray | None:
+        if not self.use_state:
+            return None
+        sample = self._state
+        if sample is None:
+            raise ObservationError("missing_joint_state", "no joint state received yet")
+        if sample.error is not None:
+            raise ObservationError("rejected_joint_state", sample.error)
+        age = sample.age_ns(now_ns)
+        if age > max_age_ns:
+            raise ObservationError(
+                "stale_joint_state", f"latest joint state is {age / 1e9:.3f} s away from now (max {max_age_ns / 1e9:.3f} s)"
+            )
+        return sample.value  # type: ignore[return-value]
+
+    def _current_instruction(self, default_instruction: str) -> str:
+        sample = self._instruction
+        if sample is None:
+            if not default_instruction.strip():
+                raise ObservationError("missing_instruction", "no instruction received and default_instruction is empty")
+            return default_instruction.strip()
+        if sample.error is not None:
+            raise ObservationError("rejected_instruction", sample.error)
+        return str(sample.value)
+
+    # ----------------------------------------------------------------------------- counters
+    def count(self, kind: str, n: int = 1) -> None:
+        """Add to a counter from outside (e.g. "skipped_invalid_input" when the runtime refuses a frame)."""
+        with self._lock:
+            self._counters[kind] += n
+
+    def counters(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counters)

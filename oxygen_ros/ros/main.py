@@ -1,0 +1,147 @@
+"""`oxygen_node`: start the policy node.
+
+    oxygen_node --ros-args --params-file config/demo.yaml        # the standard ROS way
+    oxygen_node --params-file config/demo.yaml                    # the same, shorter
+    ros2 run oxygen_ros oxygen_node --ros-args -p control_rate_hz:=10.0
+
+Exit codes: 0 after SIGINT/SIGTERM (live text requests are cancelled and their final deltas published
+first; a second signal during that gives up waiting, code 130), 1 when the parameters are invalid or the
+model cannot be loaded (one line on stderr saying why, no traceback), 2 for a bad command line.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from typing import Sequence
+
+USAGE = (
+    "usage: oxygen_node [--params-file PATH]... [--ros-args ...]\n"
+    "  --params-file PATH  ROS 2 parameters YAML (same as --ros-args --params-file PATH); repeatable,\n"
+    "                      later files override earlier ones\n"
+    "  --ros-args ...      standard ROS arguments (-p name:=value, -r __ns:=/robot, --params-file, ...)"
+)
+SHUTDOWN_TIMEOUT_S = 10.0
+
+
+def ros_arguments(argv: Sequence[str]) -> list[str]:
+    """Turn the plain `--params-file PATH` convenience (before any --ros-args) into ROS arguments.
+
+    Raises SystemExit(2) with a message for an unknown option or a missing path.
+    """
+    plain: list[str] = []
+    rest = list(argv)
+    program, args = (rest[0], rest[1:]) if rest else ("oxygen_node", [])
+    ros: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--ros-args":
+            ros = args[i:]
+            break
+        if arg in ("-h", "--help"):
+            print(USAGE)
+            raise SystemExit(0)
+        if arg == "--params-file" or arg.startswith("--params-file="):
+            path = arg.split("=", 1)[1] if "=" in arg else (args[i + 1] if i + 1 < len(args) else "")
+            if not path:
+                _die("--params-file needs a path", code=2)
+            plain += ["--params-file", path]
+            i += 1 if "=" in arg else 2
+            continue
+        _die(f"unknown argument {arg!r}\n{USAGE}", code=2)
+    if plain:
+        # Plain files first: a --params-file inside --ros-args (given later) overrides them.
+        ros = ["--ros-args", *plain, *ros[1:]]
+    return [program, *ros]
+
+
+def _die(message: str, code: int = 1) -> None:
+    print(f"oxygen_node: error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(code)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point; returns the exit code."""
+    try:
+        return _run(ros_arguments(sys.argv if argv is None else argv))
+    except SystemExit as exc:  # --help, or _die: the message is printed already
+        return int(exc.code or 0)
+
+
+def _run(args: list[str]) -> int:
+    # Imported here so `--help` and argument errors answer without loading rclpy and torch.
+    import rclpy
+    from rclpy.executors import MultiThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
+
+    from oxygen_ros.runtime import RuntimeLoadError
+
+    from .node import OxygenNode
+    from .params import ConfigError
+
+    # Our own signal handling: rclpy's would shut the context down before the final text can go out.
+    try:
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    except Exception as exc:  # e.g. a params file that does not parse
+        _die(f"cannot start ROS: {exc}")
+    try:
+        node = OxygenNode()
+    except ConfigError as exc:
+        rclpy.try_shutdown()
+        _die(str(exc))
+    except RuntimeLoadError as exc:
+        rclpy.try_shutdown()
+        _die(f"cannot load the model: {exc}")
+    except KeyboardInterrupt:  # Ctrl-C while the model loads: nothing to clean up yet
+        rclpy.try_shutdown()
+        return 0
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        if stop.is_set():  # a second Ctrl-C during shutdown: give up waiting
+            os._exit(130)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    executor = MultiThreadedExecutor(num_threads=4)
+    executor.add_node(node)
+    failures: list[BaseException] = []
+
+    def spin() -> None:
+        # Our own loop rather than executor.spin(): it leaves on `stop` by itself, so the executor is shut
+        # down only after it returned (shutting a MultiThreadedExecutor down under a running spin() can make
+        # spin() raise "cannot schedule new futures after shutdown").
+        try:
+            while not stop.is_set() and rclpy.ok():
+                executor.spin_once(timeout_sec=0.1)
+        except BaseException as exc:  # a callback raised: stop cleanly, report it below
+            failures.append(exc)
+            stop.set()
+
+    spinner = threading.Thread(target=spin, name="oxygen-executor", daemon=True)
+    spinner.start()
+    try:
+        while not stop.wait(0.2) and spinner.is_alive():
+            pass
+    finally:
+        stop.set()
+        node.get_logger().info("shutting down: cancelling live text requests")
+        spinner.join(timeout=SHUTDOWN_TIMEOUT_S)
+        executor.shutdown(timeout_sec=SHUTDOWN_TIMEOUT_S)  # waits for the callbacks in flight
+        ended = node.finish()
+        node.get_logger().info(f"stopped ({ended} text requests cancelled)")
+        node.destroy_node()
+        rclpy.try_shutdown()
+    if failures:
+        exc = failures[0]
+        _die(f"stopped after an internal error: {type(exc).__name__}: {exc}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""The node's parameters: declarations, validation with reasons, mapping to the runtime, and refusal of
+bad values at start-up and while running (in-process node with a fake runtime: no model, no DDS peer)."""
+
+from __future__ import annotations
+
+import pytest
+import rclpy
+from rclpy.parameter import Parameter
+
+from oxygen_ros.ros import params as P
+from oxygen_ros.ros.node import OxygenNode
+from oxygen_ros.runtime import RuntimeConfig
+
+from ros_helpers import FakeRuntime
+
+JOINTS = [f"j{i}" for i in range(7)]
+GOOD = {"camera_topics": ["/cam0", "", "/cam2"], "joint_names": JOINTS}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ros_context():
+    rclpy.init()
+    yield
+    rclpy.shutdown()
+
+
+def make_node(**overrides):
+    values = {**GOOD, **overrides}
+    load = FakeRuntime.loader()
+    node = OxygenNode(
+        "params_test_node", runtime_loader=load,
+        parameter_overrides=[Parameter(k, value=v) for k, v in values.items()],
+    )
+    return node, load.made[0]
+
+
+# ---------------------------------------------------------------------------------- pure validation
+def test_defaults_are_valid_once_joints_are_named():
+    assert P.validate_values(GOOD) == []
+
+
+def test_every_parameter_has_a_description_and_a_matching_default_type():
+    for spec in P.PARAMS:
+        assert spec.description, spec.name
+        assert spec.validate(spec.default) is None, spec.name
+        assert spec.descriptor().description
+
+
+def test_every_runtime_field_is_a_parameter():
+    runtime_fields = set(P.RUNTIME_FIELDS) | set(P.TASK_LISTS)
+    assert runtime_fields <= set(P.SPECS)
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"control_rate_hz": 0.0}, "control_rate_hz must be > 0"),
+        ({"control_rate_hz": -5.0}, "control_rate_hz must be > 0"),
+        ({"control_rate_hz": "fast"}, "control_rate_hz: expected float"),
+        ({"max_observation_age_s": float("nan")}, "must be finite"),
+        ({"horizon": 0}, "horizon must be >= 1"),
+        ({"engine_mode": "turbo"}, "engine_mode must be one of"),
+        ({"dtype": "float16"}, "dtype must be one of"),
+        ({"device": "tpu"}, "device must be 'cpu'"),
+        ({"task_names": ["a", "b"], "task_prompts": ["x"]}, "must have the same length"),
+        ({"task_names": ["bad name", "memory"]}, "must start with a letter"),
+        ({"task_names": ["same", "same"]}, "must be unique"),
+        ({"task_every_n_frames": [1, 0]}, "task_every_n_frames must be >= 1"),
+        ({"camera_topics": ["", ""]}, "at least one camera"),
+        ({"camera_topics": ["/bad topic"]}, "not a valid topic name"),
+        ({"camera_optional": [True]}, "camera_optional must be empty or have one entry per camera_topics"),
+        ({"joint_limits_lower": [0.0] * 7}, "must be given together"),
+        ({"joint_limits_lower": [0.0] * 3, "joint_limits_upper": [1.0] * 3}, "one entry per joint name"),
+        ({"joint_limits_lower": [1.0] * 7, "joint_limits_upper": [0.0] * 7}, "joint_limits_lower > joint_limits_upper"),
+        ({"joint_names": ["a", "a"]}, "joint_names must be unique"),
+        ({"joint_names": []}, "'pi05_state' puts the joint state in the prompt"),
+        ({"checkpoint": "/no/such/checkpoint"}, "checkpoint: /no/such/checkpoint does not exist"),
+        ({"no_such_parameter": 1}, "unknown parameters ['no_such_parameter']"),
+    ],
+)
+def test_bad_values_are_refused_with_a_reason(change, words):
+    problems = P.validate_values({**GOOD, **change})
+    assert problems and any(words in p for p in problems), problems
+    with pytest.raises(P.ConfigError, match="invalid parameters"):
+        P.settings_from_values({**GOOD, **change})
+
+
+def test_integers_are_accepted_for_doubles():
+    assert P.validate_values({**GOOD, "control_rate_hz": 5, "joint_limits_lower": [-1] * 7, "joint_limits_upper": [1] * 7}) == []
+    settings, _ = P.settings_from_values({**GOOD, "control_rate_hz": 5})
+    assert settings.control_rate_hz == 5.0 and isinstance(settings.control_rate_hz, float)
+
+
+def test_mapping_to_runtime_and_node_settings():
+    settings, cfg = P.settings_from_values({
+        **GOOD,
+        "camera_topics": ["/a/image_raw", "", "/b/image_raw/compressed"],
+        "camera_widths": [64, 0, 32], "camera_heights": [48, 0, 24],
+        "task_names": ["language"], "task_prompts": [" Subtask:"], "task_every_n_frames": [3], "task_max_tokens": [7],
+        "engine_mode": "shared", "kv_budget_mb": 32, "horizon": 5, "control_rate_hz": 4.0,
+    })
+    assert isinstance(cfg, RuntimeConfig)
+    assert (cfg.engine_mode, cfg.kv_budget_mb, cfg.horizon) == ("shared", 32.0, 5)
+    assert [(t.name, t.prompt, t.every_n_frames, t.max_tokens) for t in cfg.tasks] == [("language", " Subtask:", 3, 7)]
+    assert settings.camera_compressed == (False, False, True)  # the '/compressed' suffix convention
+    assert settings.camera_optional == (False, False, False)
+    assert settings.camera_sizes == ((64, 48), (0, 0), (32, 24))
+    assert settings.step_period_s == pytest.approx(0.25)
+    settings, _ = P.settings_from_values({**GOOD, "camera_compressed": [True, False, False], "action_step_period_s": 0.05})
+    assert settings.camera_compressed == (True, False, False)
+    assert settings.step_period_s == 0.05
+
+
+# ------------------------------------------------------------------------------------ on a node
+def test_node_declares_every_parameter_with_its_descriptor():
+    node, runtime = make_node()
+    try:
+        for spec in P.PARAMS:
+            assert node.has_parameter(spec.name)
+            desc = node.describe_parameter(spec.name)
+            assert desc.description and desc.read_only == spec.read_only
+        assert node.describe_parameter("control_rate_hz").floating_point_range[0].from_value == 0.0
+        assert runtime.config.engine_mode == "oxygen"
+        assert node.settings.joint_names == tuple(JOINTS)
+    finally:
+        node.destroy_node()
+
+
+def test_bad_start_up_values_raise_config_error():
+    with pytest.raises(P.ConfigError, match="control_rate_hz must be > 0"):
+        make_node(control_rate_hz=-1.0)
+    with pytest.raises(P.ConfigError, match="expected int"):
+        make_node(horizon="ten")
+
+
+def test_integer_override_for_a_double_is_accepted():
+    node, _ = make_node(control_rate_hz=8)
+    try:
+        assert node.settings.control_rate_hz == 8.0
+        assert node._control_timer.timer_period_ns == 125_000_000
+    finally:
+        node.destroy_node()
+
+
+def test_parameters_that_do_not_fit_the_model_raise_config_error():
+    with pytest.raises(P.ConfigError, match="4 entries but the model has 3 image slots"):
+        make_node(camera_topics=["/a", "/b", "/c", "/d"])
+    with pytest.raises(P.ConfigError, match="9 joints but the model's actions have 8"):
+        make_node(joint_names=[f"j{i}" for i in range(9)])
+
+
+def test_running_node_refuses_bad_values_and_applies_good_ones():
+    node, _ = make_node()
+    try:
+        refused = node.set_parameters([Parameter("control_rate_hz", value=-2.0)])[0]
+        assert not refused.successful and "control_rate_hz out of range" in refused.reason  # the descriptor's range
+        refused = node.set_parameters([Parameter("control_rate_hz", value=0.0)])[0]
+        assert not refused.successful and "control_rate_hz must be > 0" in refused.reason  # the on-set callback
+        refused = node.set_parameters([Parameter("joint_limits_lower", value=[0.0, 1.0])])[0]
+        assert not refused.successful and "must be given together" in refused.reason
+        refused = node.set_parameters([Parameter("engine_mode", value="sequential")])[0]
+        assert not refused.successful and "read-only" in refused.reason
+        refused = node.set_parameters([Parameter("max_observation_age_s", value="old")])[0]
+        assert not refused.successful and "expected float" in refused.reason
+        assert node.settings.control_rate_hz == 5.0
+
+        done = node.set_parameters_atomically([
+            Parameter("control_rate_hz", value=10.0),
+            Parameter("joint_limits_lower", value=[-1.0] * 7),
+            Parameter("joint_limits_upper", value=[1.0] * 7),
+            Parameter("max_instruction_chars", value=50),
+        ])
+        assert done.successful, done.reason
+        assert node.settings.control_rate_hz == 10.0
+        assert node._control_timer.timer_period_ns == 100_000_000
+        assert node._limits.lower == (-1.0,) * 7
+        assert node.store.max_instruction_chars == 50
+        assert node.diag.target_rate_hz == 10.0
+    finally:
+        node.destroy_node()
