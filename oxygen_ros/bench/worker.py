@@ -35,7 +35,7 @@ def measure_parts(workload: Workload, batches: list[int], repeats: int) -> dict:
     """P (one prefill), A (one action chunk) and D(B) (one batched decode step at batch B), medians."""
     model = workload.build_model()
     config = model.config
-    engine = workload.engine(model, decode_len=10_000)
+    engine = workload.engine(model, decode_len=repeats + 4)  # requests must not finish while being timed
     frames = workload.frames(config)
     prefill, action = [], []
     for i in range(repeats + 1):
@@ -50,6 +50,8 @@ def measure_parts(workload: Workload, batches: list[int], repeats: int) -> dict:
         prefix, _ = engine.prefill(frames[0])
         engine.start_requests(prefix, frames[0], engine.tasks * b)
         engine.kv.release(prefix)
+        if engine.live_requests != b:
+            raise RuntimeError(f"parts: only {engine.live_requests} of {b} requests fit the KV budget")
         engine.decode_step()  # feeds the continuation prompts
         engine.decode_step()
         times = []

@@ -98,22 +98,27 @@ def _unfold_heads(out: Tensor, s: int) -> Tensor:
     return out.reshape(b, hkv, gs // s, s, d).permute(0, 3, 1, 2, 4).reshape(b, s, -1)
 
 
-def _scores(q: Tensor, k: Tensor, mask: Tensor | None, group: int) -> Tensor:
-    """Float32 scaled scores of folded queries against k [B, T, Hkv, D]; mask [B, S, T] (True = visible)."""
+def folded_mask_bias(mask: Tensor, group: int) -> Tensor:
+    """Bool mask [B, S, T] → additive float32 bias [B, 1, G*S, T] (0 visible, -inf hidden) in the folded
+    query layout. Built once per model call and added to every layer's scores."""
+    b, s, t = mask.shape
+    visible = mask.unsqueeze(1).unsqueeze(1).expand(b, 1, group, s, t).reshape(b, 1, group * s, t)
+    return torch.zeros(visible.shape, dtype=torch.float32, device=mask.device).masked_fill_(~visible, float("-inf"))
+
+
+def _scores(q: Tensor, k: Tensor, bias: Tensor | None) -> Tensor:
+    """Float32 scaled scores of folded queries against k [B, T, Hkv, D], plus an additive mask bias."""
     scores = torch.matmul(q, k.permute(0, 2, 3, 1)).float() * (1.0 / math.sqrt(k.shape[-1]))
-    if mask is not None:
-        b, s, t = mask.shape
-        visible = mask.unsqueeze(1).unsqueeze(1).expand(b, 1, group, s, t).reshape(b, 1, group * s, t)
-        scores = scores.masked_fill(~visible, float("-inf"))
-    return scores
+    return scores if bias is None else scores + bias
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-    """Grouped-query attention written out as two matmuls.
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None = None) -> Tensor:
+    """Grouped-query attention.
 
     q [B, S, H, D]; k, v [B, T, Hkv, D]; mask [B, S, T] bool (True = may attend) → [B, S, H*D]. Long query
     blocks (a prefill) use the fused kernel; short ones (decoding: one query per row) fold the query heads
     of each KV head into one matrix product, which on CPU beats the fused kernel there (measured: ~20x).
+    ``bias`` is ``folded_mask_bias(mask, H // Hkv)`` when the caller has it already (one per call, not per layer).
     """
     b, s, h, d = q.shape
     hkv = k.shape[2]
@@ -123,8 +128,9 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
             attn_mask=None if mask is None else mask.unsqueeze(1), scale=1.0 / math.sqrt(d), enable_gqa=hkv != h,
         )
         return out.transpose(1, 2).reshape(b, s, h * d)
-    qf = _fold_heads(q, hkv)
-    probs = torch.softmax(_scores(qf, k, mask, h // hkv), dim=-1).to(q.dtype)
+    if bias is None and mask is not None:
+        bias = folded_mask_bias(mask, h // hkv)
+    probs = torch.softmax(_scores(_fold_heads(q, hkv), k, bias), dim=-1).to(q.dtype)
     return _unfold_heads(torch.matmul(probs, v.transpose(1, 2)), s)
 
 
@@ -137,9 +143,8 @@ def attend_two_parts(q: Tensor, k1: Tensor, v1: Tensor, k2: Tensor, v2: Tensor) 
     """
     s, hkv = q.shape[1], k1.shape[2]
     qf = _fold_heads(q, hkv)
-    group = q.shape[2] // hkv
-    s1 = _scores(qf, k1, None, group)
-    probs = torch.softmax(torch.cat((s1, _scores(qf, k2, None, group)), dim=-1), dim=-1).to(q.dtype)
+    s1 = _scores(qf, k1, None)
+    probs = torch.softmax(torch.cat((s1, _scores(qf, k2, None)), dim=-1), dim=-1).to(q.dtype)
     t1 = s1.shape[-1]
     out = torch.matmul(probs[..., :t1], v1.transpose(1, 2)) + torch.matmul(probs[..., t1:], v2.transpose(1, 2))
     return _unfold_heads(out, s)

@@ -62,7 +62,8 @@ def resize_with_pad(image: np.ndarray, size: int) -> np.ndarray:
 def image_to_tensor(image: np.ndarray) -> torch.Tensor:
     """HxWx3 uint8 -> float32 tensor 3xHxW with values in [-1, 1]."""
     image = check_image(image)
-    x = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1).to(torch.float32)
+    # torch.from_numpy needs a writable array; bag readers hand out read-only ones.
+    x = torch.from_numpy(np.array(image, copy=not image.flags.writeable or not image.flags.c_contiguous)).permute(2, 0, 1).to(torch.float32)
     return x / 255.0 * 2.0 - 1.0
 
 

@@ -215,6 +215,7 @@ PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("task_prompts", "str[]", _task_default("prompt"), "Continuation prompt of each task (same order)."),
     ParamSpec("task_every_n_frames", "int[]", _task_default("every_n_frames"),
               "Each task starts a new request every N control ticks.", low=1, high=1_000_000),
+    ParamSpec("task_stop", "str[]", [], "Optional stop string of each task ('' = none); empty = no stop strings."),
     ParamSpec("task_max_tokens", "int[]", _task_default("max_tokens"), "Token limit of each task's requests.",
               low=1, high=100_000),
     ParamSpec("engine_mode", "str", _runtime_default("engine_mode"),
@@ -232,6 +233,8 @@ PARAMS: tuple[ParamSpec, ...] = (
               low=0, high=100_000),
     ParamSpec("seed", "int", _runtime_default("seed"), "Seed of the action noise (and of preset weights).",
               low=0, high=2**31 - 1),
+    ParamSpec("num_threads", "int", _runtime_default("num_threads"),
+              "Torch CPU threads for the model (0 = torch's default, one per core).", low=0, high=1024),
     # ----------------------------------------------------------------------------- inputs (topics)
     ParamSpec("camera_topics", "str[]", ["/camera/image_raw"],
               "One topic per image slot, in slot order (pi0.5: base, left wrist, right wrist); '' = no camera "
@@ -413,6 +416,8 @@ def _cross_checks(v: Mapping[str, Any]) -> list[str]:
     lengths = [len(v[name]) for name in TASK_LISTS]
     if len(set(lengths)) != 1:
         problems.append(f"{', '.join(TASK_LISTS)} must have the same length, got {lengths}")
+    if v.get("task_stop") and len(v["task_stop"]) != lengths[0]:
+        problems.append(f"task_stop must be empty or have one entry per task ({lengths[0]}), got {len(v['task_stop'])}")
     topics = list(v["camera_topics"])
     if not any(topics):
         problems.append("camera_topics must name at least one camera ('' entries are masked slots)")
@@ -443,7 +448,7 @@ def runtime_config(values: Mapping[str, Any]) -> RuntimeConfig:
     fields = {name: values[name] for name in RUNTIME_FIELDS if name in values}
     if "kv_budget_mb" in fields:
         fields["kv_budget_mb"] = float(fields["kv_budget_mb"])
-    tasks = RuntimeConfig.tasks_from_lists(*(list(values[name]) for name in TASK_LISTS))
+    tasks = RuntimeConfig.tasks_from_lists(*(list(values[name]) for name in TASK_LISTS), list(values.get("task_stop") or []))
     return RuntimeConfig(tasks=tasks, **fields)
 
 

@@ -49,6 +49,7 @@ class RuntimeConfig:
     admission: str = "wait"
     max_waiting: int = 16
     seed: int = 0
+    num_threads: int = 0  # torch CPU threads; 0 = torch's default (one per core)
 
     def validate(self) -> "RuntimeConfig":
         """Raise ValueError naming the first bad field and why; returns self."""
@@ -65,6 +66,7 @@ class RuntimeConfig:
             (self.kv_budget_mb > 0, "kv_budget_mb must be positive"),
             (self.admission in ("wait", "refuse"), "admission must be 'wait' or 'refuse'"),
             (self.max_waiting >= 0, "max_waiting must be >= 0"),
+            (self.num_threads >= 0, "num_threads must be >= 0 (0 = torch's default)"),
         ]
         for ok, reason in checks:
             if not ok:
@@ -87,22 +89,34 @@ class RuntimeConfig:
 
     @staticmethod
     def tasks_from_lists(
-        names: list[str], prompts: list[str], every_n_frames: list[int], max_tokens: list[int]
+        names: list[str],
+        prompts: list[str],
+        every_n_frames: list[int],
+        max_tokens: list[int],
+        stops: list[str] | None = None,
     ) -> list[TaskConfig]:
-        """The node's flat task parameters (ROS parameters cannot hold lists of mappings)."""
-        if not (len(names) == len(prompts) == len(every_n_frames) == len(max_tokens)):
+        """The node's flat task parameters (ROS parameters cannot hold lists of mappings).
+
+        ``stops`` holds one stop string per task ('' = none); empty or None = no stop strings at all.
+        """
+        stops = list(stops or [""] * len(names))
+        if not (len(names) == len(prompts) == len(every_n_frames) == len(max_tokens) == len(stops)):
             raise ValueError(
-                "task_names, task_prompts, task_every_n_frames and task_max_tokens must have the same length "
-                f"(got {len(names)}, {len(prompts)}, {len(every_n_frames)}, {len(max_tokens)})"
+                "task_names, task_prompts, task_every_n_frames, task_max_tokens (and task_stop when given) must "
+                f"have the same length (got {len(names)}, {len(prompts)}, {len(every_n_frames)}, {len(max_tokens)}, "
+                f"{len(stops)})"
             )
-        return [TaskConfig(n, p, int(e), int(m)) for n, p, e, m in zip(names, prompts, every_n_frames, max_tokens)]
+        return [
+            TaskConfig(n, p, int(e), int(m), [stop] if stop else [])
+            for n, p, e, m, stop in zip(names, prompts, every_n_frames, max_tokens, stops)
+        ]
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], ignore_unknown: bool = False) -> "RuntimeConfig":
         """Build from a mapping; ``tasks`` may be a list of mappings or the node's flat ``task_*`` lists."""
         data = dict(data)
         known = {f.name for f in dataclasses.fields(cls)}
-        flat = ("task_names", "task_prompts", "task_every_n_frames", "task_max_tokens")
+        flat = ("task_names", "task_prompts", "task_every_n_frames", "task_max_tokens", "task_stop")
         if any(k in data for k in flat):
             data["tasks"] = cls.tasks_from_lists(*(list(data.pop(k, [])) for k in flat))
         elif "tasks" in data:

@@ -92,6 +92,8 @@ class PolicyRuntime:
         except ValueError as exc:
             raise RuntimeLoadError(f"invalid configuration: {exc}") from None
         keep_freed_buffers()
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
         dtype = torch.bfloat16 if config.dtype == "bfloat16" else torch.float32
         device = torch.device(config.device)
         if device.type == "cuda" and not torch.cuda.is_available():
@@ -121,7 +123,26 @@ class PolicyRuntime:
                 raise RuntimeLoadError(
                     f"norm stats describe {normalizer.action_dim} action dims; the model has {model.config.action_dim}"
                 )
-        return cls(config, model, tokenizer, normalizer)
+        runtime = cls(config, model, tokenizer, normalizer)
+        runtime.warm_up()
+        return runtime
+
+    def warm_up(self) -> None:
+        """One prefill and one action chunk on a blank observation, so the first real tick does not pay
+        for first-call allocations and kernel selection. Leaves no state behind (no tick is counted)."""
+        c = self.model_config
+        s = c.vision.image_size
+        tokens = torch.tensor([c.bos_token_id] + [c.eos_token_id] * 3, device=self.model.device)
+        frame = FrameInput(
+            torch.zeros(c.num_image_slots, 3, s, s, device=self.model.device),
+            torch.ones(c.num_image_slots, dtype=torch.bool, device=self.model.device),
+            tokens, stamp_ns=0, frame_seq=-1,
+        )
+        prefix, _ = self.engine.prefill(frame)
+        try:
+            self.engine.act(prefix, torch.zeros(c.action_horizon, c.action_dim))
+        finally:
+            self.engine.kv.release(prefix)
 
     @staticmethod
     def _load_tokenizer(config: RuntimeConfig, model_config: ModelConfig) -> Tokenizer:
