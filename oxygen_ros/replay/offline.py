@@ -37,6 +37,7 @@ from oxygen_ros.ros.convert import (
 )
 from oxygen_ros.ros.inputs import InputStore, ObservationError
 from oxygen_ros.ros.outputs import JointLimits, trajectory_msg
+from oxygen_ros.ros.params import model_fit_problems
 from oxygen_ros.runtime import InputError, PolicyRuntime
 
 from .bagio import (
@@ -291,13 +292,7 @@ class OfflineReplay:
         """The node's input store: configured slots, padded with masked slots up to the model's."""
         s = self.config.settings
         slots = runtime.num_image_slots
-        problems = []
-        if len(self.cameras) > slots:
-            problems.append(f"camera_topics has {len(self.cameras)} entries but the model has {slots} image slots")
-        if len(s.joint_names) > runtime.action_dim:
-            problems.append(f"joint_names has {len(s.joint_names)} joints but the model's actions have {runtime.action_dim} dimensions")
-        if s.joint_names and runtime.state_dim is not None and len(s.joint_names) != runtime.state_dim:
-            problems.append(f"joint_names has {len(s.joint_names)} joints but the norm stats describe a state of {runtime.state_dim}")
+        problems = model_fit_problems(s, slots, runtime.action_dim, runtime.state_dim)
         if problems:
             raise ReplayError("parameters do not fit the model: " + "; ".join(problems))
         pad = slots - len(self.cameras)

@@ -1,10 +1,12 @@
 """`OxygenNode`: the rclpy node around `PolicyRuntime`.
 
 Threading: subscription callbacks (a reentrant group) only convert and store the latest inputs. The model
-work — the control timer (observation → `runtime.step` → ActionChunk / JointTrajectory) and the decoder
-timer (`runtime.decode` until shortly before the next tick) — shares ONE mutually exclusive group, so the
-runtime is never entered twice and the tick is never delayed by more than one decode step. Diagnostics
-run in their own group from numbers the model callbacks record.
+work runs in ONE dedicated thread, so the runtime is never entered twice: the control timer only wakes it,
+and it then runs the tick (observation → `runtime.step` → ActionChunk / JointTrajectory) followed by the
+batched decoder (`runtime.decode` until shortly before the next tick). Model work is deliberately not an
+executor callback: rclpy's MultiThreadedExecutor busy-spins while a timer is ready but its callback group
+is busy, holding the GIL. (`main` also shortens the GIL switch interval; see there.)
+Diagnostics run in their own group from numbers the model thread records.
 
 Every time is the node clock's (`use_sim_time` and bag replay work). Bad inputs give a throttled warning,
 a counter in /diagnostics and no chunk for that tick; the node keeps running. All model and KV logic lives
@@ -14,6 +16,7 @@ behind the runtime facade.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -84,10 +87,11 @@ class OxygenNode(Node):
         self._limits = JointLimits(s.joint_limits_lower, s.joint_limits_upper)
         self._loggers: dict[tuple[str, str], Any] = {}
         self._text_parts: dict[int, list[str]] = {}
-        self._decode_due = False
         self._last_instruction = ""
+        self._tick_wanted = threading.Event()
+        self._stopping = threading.Event()
 
-        self._model_group = MutuallyExclusiveCallbackGroup()
+        self._timer_group = MutuallyExclusiveCallbackGroup()
         self._input_group = ReentrantCallbackGroup()
         self._diag_group = MutuallyExclusiveCallbackGroup()
         self._create_publishers()
@@ -95,6 +99,8 @@ class OxygenNode(Node):
         self._create_timers()
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.add_post_set_parameters_callback(self._after_set_parameters)
+        self._model_thread = threading.Thread(target=self._model_loop, name="oxygen-model", daemon=True)
+        self._model_thread.start()
         self._log_start()
 
     # --------------------------------------------------------------------------------- set-up
@@ -106,14 +112,8 @@ class OxygenNode(Node):
             self.get_logger().warning(f"ignoring unknown parameters {unknown} (misspelled? see config/demo.yaml)")
 
     def _check_fits_model(self) -> None:
-        s, rt = self.settings, self.runtime
-        problems = []
-        if len(s.camera_topics) > rt.num_image_slots:
-            problems.append(f"camera_topics has {len(s.camera_topics)} entries but the model has {rt.num_image_slots} image slots")
-        if len(s.joint_names) > rt.action_dim:
-            problems.append(f"joint_names has {len(s.joint_names)} joints but the model's actions have {rt.action_dim} dimensions")
-        if s.joint_names and rt.state_dim is not None and len(s.joint_names) != rt.state_dim:
-            problems.append(f"joint_names has {len(s.joint_names)} joints but the norm stats describe a state of {rt.state_dim}")
+        rt = self.runtime
+        problems = P.model_fit_problems(self.settings, rt.num_image_slots, rt.action_dim, rt.state_dim)
         if problems:
             raise P.ConfigError("parameters do not fit the model: " + "; ".join(problems))
 
@@ -154,14 +154,21 @@ class OxygenNode(Node):
 
     def _create_timers(self) -> None:
         s = self.settings
-        self._control_timer = self.create_timer(s.control_period_s, self._on_tick, callback_group=self._model_group)
-        cfg = self.runtime.config
-        self._decode_timer = None
-        if cfg.engine_mode == "oxygen" and cfg.tasks:
-            # Polls for slack often; each call that finds some decodes up to shortly before the next tick.
-            period = min(max(s.control_period_s / 10, 0.005), 0.05)
-            self._decode_timer = self.create_timer(period, self._on_decode, callback_group=self._model_group)
+        # The control timer only wakes the model thread (node clock: follows /clock with use_sim_time).
+        self._control_timer = self.create_timer(s.control_period_s, self._tick_wanted.set, callback_group=self._timer_group)
         self._diag_timer = self.create_timer(s.diagnostics_period_s, self._on_diagnostics, callback_group=self._diag_group)
+
+    def _model_loop(self) -> None:
+        """The model thread: each control tick, the tick and then text decoding in the slack before the next."""
+        while not self._stopping.is_set():
+            if not self._tick_wanted.wait(timeout=0.1):
+                continue
+            self._tick_wanted.clear()
+            if self._stopping.is_set():
+                break
+            self._on_tick()
+            if self.runtime.config.engine_mode == "oxygen" and self.runtime.config.tasks:
+                self._on_decode()
 
     def _log_start(self) -> None:
         s, rt = self.settings, self.runtime
@@ -234,7 +241,6 @@ class OxygenNode(Node):
     def _on_tick(self) -> None:
         start = time.perf_counter()
         self.diag.tick_started(self._now_ns())
-        self._decode_due = True  # text advances every tick, also while inputs are bad
         s = self.settings
         try:
             obs = self.store.snapshot(self._now_ns(), int(s.max_observation_age_s * 1e9), s.default_instruction)
@@ -283,21 +289,14 @@ class OxygenNode(Node):
         self.diag.chunk_published(self._now_ns(), time.perf_counter() - start)
 
     def _on_decode(self) -> None:
-        fixed = self.runtime.config.tokens_per_frame > 0
-        if fixed and not self._decode_due:
-            return  # k tokens per frame: one decode call per tick
+        fixed = self.runtime.config.tokens_per_frame > 0  # k tokens per frame: one decode call per tick
         left_ns = self._control_timer.time_until_next_call()
-        if left_ns is None:
-            return
         period_s = self.settings.control_period_s
         margin_s = max(0.002, 0.1 * period_s)  # one decode step may overrun its prediction
-        slack_s = min(left_ns / 1e9, period_s) - margin_s
+        slack_s = min((left_ns if left_ns is not None else 0) / 1e9, period_s) - margin_s
         if slack_s <= 0 and not fixed:
-            if not self._decode_due:
-                return
             # Ticks overrun their period: text still gets a tenth of a period per tick rather than starving.
             slack_s = MIN_DECODE_SHARE * period_s
-        self._decode_due = False
         try:
             events = self.runtime.decode(deadline=time.monotonic() + max(0.0, slack_s))
             self._publish_events(events)
@@ -368,9 +367,11 @@ class OxygenNode(Node):
         Waits up to `timeout_s` in all for subscribers to acknowledge the text (the data itself is sent at
         once; an acknowledgement may wait for the writer's next heartbeat). Returns how many requests ended.
         """
-        for timer in (self._control_timer, self._decode_timer, self._diag_timer):
-            if timer is not None:
-                timer.cancel()
+        for timer in (self._control_timer, self._diag_timer):
+            timer.cancel()
+        self._stopping.set()
+        self._tick_wanted.set()
+        self._model_thread.join(timeout=30.0)  # the runtime is never used from two threads
         try:
             events = self.runtime.close()
         except Exception as exc:

@@ -464,6 +464,19 @@ def settings_from_values(values: Mapping[str, Any]) -> tuple[NodeSettings, Runti
     return node_settings(values), runtime_config(values)
 
 
+def model_fit_problems(settings: NodeSettings, num_image_slots: int, action_dim: int, state_dim: int | None) -> list[str]:
+    """What in the ROS-side settings does not fit the loaded model (empty when all fits)."""
+    problems = []
+    if len(settings.camera_topics) > num_image_slots:
+        problems.append(f"camera_topics has {len(settings.camera_topics)} entries but the model has {num_image_slots} image slots")
+    joints = len(settings.joint_names)
+    if joints > action_dim:
+        problems.append(f"joint_names has {joints} joints but the model's actions have {action_dim} dimensions")
+    if joints and state_dim is not None and joints != state_dim:
+        problems.append(f"joint_names has {joints} joints but the norm stats describe a state of {state_dim}")
+    return problems
+
+
 def node_settings(v: Mapping[str, Any]) -> NodeSettings:
     """The ROS-side settings of already validated values."""
     topics = tuple(v["camera_topics"])
