@@ -80,8 +80,10 @@ class PolicyRuntime:
             seed=config.seed,
         )
         self.mode = config.engine_mode
-        k = config.tokens_per_frame or None
-        self.runner = make_runner(self.mode, self.engine, tokens_per_frame=k, frame_budget_s=None if k else 1.0)
+        k = config.tokens_per_frame
+        # The runner gives each mode its frame semantics; in oxygen mode text advances in decode() instead,
+        # between ticks, by this policy (k steps, or as many as fit before the caller's deadline).
+        self.runner = make_runner(self.mode, self.engine, tokens_per_frame=k or 1)
         self._decoder = FixedTokensPolicy(k) if k else DeadlinePolicy()
 
     # ------------------------------------------------------------------------------------------ loading
