@@ -238,3 +238,23 @@ def test_bad_inputs_raise_clear_errors() -> None:
         model.prefill(images, mask, torch.ones(9, dtype=torch.long), k, v)
     with pytest.raises(ValueError, match="image slots"):
         model.prefill(images[:2], mask[:2], torch.ones(3, dtype=torch.long), k, v)
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2])
+def test_folded_attention_equals_the_fused_kernel(kv_heads: int) -> None:
+    """The decode path's folded matmul attention (and the two-part form the action expert uses) equals SDPA."""
+    import torch.nn.functional as F
+
+    from oxygen_ros.model.layers import attend, attend_two_parts
+
+    g = torch.Generator().manual_seed(kv_heads)
+    b, s, h, d, t = 3, 5, 4, 8, 11
+    q = torch.randn(b, s, h, d, generator=g)
+    k, v = torch.randn(b, t, kv_heads, d, generator=g), torch.randn(b, t, kv_heads, d, generator=g)
+    mask = torch.rand(b, s, t, generator=g) > 0.3
+    mask[..., 0] = True
+    ref = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                         attn_mask=mask.unsqueeze(1), enable_gqa=kv_heads != h)
+    torch.testing.assert_close(attend(q, k, v, mask), ref.transpose(1, 2).reshape(b, s, h * d), rtol=1e-5, atol=1e-6)
+    full = attend(q, k, v, torch.ones(b, s, t, dtype=torch.bool))
+    torch.testing.assert_close(attend_two_parts(q, k[:, :7], v[:, :7], k[:, 7:], v[:, 7:]), full, rtol=1e-5, atol=1e-6)

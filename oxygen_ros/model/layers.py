@@ -87,22 +87,25 @@ _FUSED_MIN_QUERIES = 32
 
 
 def _fold_heads(q: Tensor, num_kv_heads: int) -> Tensor:
-    """q [B, S, H, D] → [B, Hkv, G*S, D]: the G query heads sharing a KV head become rows of one matmul."""
+    """q [B, S, H, D] → [B, Hkv, S*G, D]: the G query heads sharing a KV head become rows of one matmul.
+
+    Rows are ordered (token, head), so with one KV head (pi0.5) this is a view, not a copy.
+    """
     b, s, h, d = q.shape
-    return q.reshape(b, s, num_kv_heads, h // num_kv_heads, d).permute(0, 2, 3, 1, 4).reshape(b, num_kv_heads, -1, d)
+    return q.reshape(b, s, num_kv_heads, h // num_kv_heads, d).transpose(1, 2).reshape(b, num_kv_heads, -1, d)
 
 
 def _unfold_heads(out: Tensor, s: int) -> Tensor:
-    """[B, Hkv, G*S, D] → [B, S, H*D]."""
-    b, hkv, gs, d = out.shape
-    return out.reshape(b, hkv, gs // s, s, d).permute(0, 3, 1, 2, 4).reshape(b, s, -1)
+    """[B, Hkv, S*G, D] → [B, S, H*D] (a view with one KV head)."""
+    b, hkv, sg, d = out.shape
+    return out.reshape(b, hkv, s, sg // s, d).transpose(1, 2).reshape(b, s, -1)
 
 
 def folded_mask_bias(mask: Tensor, group: int) -> Tensor:
-    """Bool mask [B, S, T] → additive float32 bias [B, 1, G*S, T] (0 visible, -inf hidden) in the folded
+    """Bool mask [B, S, T] → additive float32 bias [B, 1, S*G, T] (0 visible, -inf hidden) in the folded
     query layout. Built once per model call and added to every layer's scores."""
     b, s, t = mask.shape
-    visible = mask.unsqueeze(1).unsqueeze(1).expand(b, 1, group, s, t).reshape(b, 1, group * s, t)
+    visible = mask.unsqueeze(2).expand(b, s, group, t).reshape(b, 1, s * group, t)
     return torch.zeros(visible.shape, dtype=torch.float32, device=mask.device).masked_fill_(~visible, float("-inf"))
 
 
