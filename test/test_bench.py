@@ -18,7 +18,7 @@ def test_bench_cli_writes_results_and_plots(tmp_path: Path) -> None:
            "--lengths", "2", "3", "--tokens-per-frame", "1", "2", "--threads", "1", "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "measuring parts" in proc.stderr and "frame 1/" in proc.stderr  # progress is shown
+    assert "timing:" in proc.stderr and "round 1/" in proc.stderr and "memory" in proc.stderr  # progress is shown
     records = json.loads((out / "results.json").read_text())
     modes = {r["mode"] for r in records}
     assert modes == {"action_only", "sequential", "parallel", "shared", "oxygen"}

@@ -1,7 +1,9 @@
 """``oxygen-bench``: reproduce the OxyGen comparison side by side in one run.
 
-Every mode runs on the same model (same seed, same weights), the same observations and the same noise,
-each in its own worker process so that its peak memory is its own. Ratios are computed within the run.
+Every mode runs on the same model (same seed, same weights), the same observations and the same noise. The
+timing of all modes (and of the parts P, A, D(B)) is taken in one process, interleaved in rounds, so a slow
+spell of a shared machine falls on every mode alike; each mode's peak memory is then measured in a process of
+its own. Ratios are computed within the run.
 """
 
 from __future__ import annotations
@@ -27,19 +29,23 @@ QUICK_LENGTHS = (5, 30)
 QUICK_K = (1,)
 
 
-def _sweep(mode: str, lengths: tuple[int, ...], ks: tuple[int, ...]) -> list[tuple[int, int]]:
-    if mode == "action_only":
-        return [(0, 1)]
-    if mode == "oxygen":
-        return [(n, k) for n in lengths for k in ks]
-    return [(n, n) for n in lengths]
+def _points(modes: list[str], lengths: tuple[int, ...], ks: tuple[int, ...]) -> list[tuple[str, int, int]]:
+    """(mode, decode length N, tokens per frame k) for every point of the sweep."""
+    points = [("action_only", 0, 1)] if "action_only" in modes else []
+    for n in lengths:
+        for mode in ("sequential", "parallel", "shared"):
+            if mode in modes:
+                points.append((mode, n, n))
+        if "oxygen" in modes:
+            points += [("oxygen", n, k) for k in ks]
+    return points
 
 
-def _run_worker(workload: Workload, mode: str, extra: list[str]) -> object:
-    cmd = [sys.executable, "-m", "oxygen_ros.bench.worker", "--workload", json.dumps(asdict(workload)), "--mode", mode, *extra]
+def _run_worker(workload: Workload, args: list[str], what: str) -> object:
+    cmd = [sys.executable, "-m", "oxygen_ros.bench.worker", "--workload", json.dumps(asdict(workload)), *args]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)  # progress streams through stderr
     if proc.returncode != 0:
-        raise SystemExit(f"oxygen-bench: the {mode} worker failed (exit {proc.returncode}); see its output above")
+        raise SystemExit(f"oxygen-bench: the {what} worker failed (exit {proc.returncode}); see its output above")
     return json.loads(proc.stdout)
 
 
@@ -56,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lengths", type=int, nargs="+", help="decode lengths N (default 5 10 20 30)")
     parser.add_argument("--tokens-per-frame", type=int, nargs="+", dest="ks", help="oxygen's k values (default 1 5)")
     parser.add_argument("--modes", nargs="+", default=["action_only", "sequential", "parallel", "shared", "oxygen"])
-    parser.add_argument("--frames", type=int, help="measured frames per point (default 8, quick 4)")
+    parser.add_argument("--frames", type=int, help="measured frames per point (default 12, quick 6)")
     parser.add_argument("--horizon", type=int, default=10)
     parser.add_argument("--denoise-steps", type=int, default=10)
     parser.add_argument("--threads", type=int, default=0, help="torch threads per worker (default: torch's choice)")
@@ -68,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if bf16_supported(args.device) else "float32")
     lengths = tuple(args.lengths or (QUICK_LENGTHS if args.quick else FULL_LENGTHS))
     ks = tuple(args.ks or (QUICK_K if args.quick else FULL_K))
-    frames = args.frames or (4 if args.quick else 8)
+    frames = args.frames or (6 if args.quick else 12)
     workload = Workload(args.preset, args.device, dtype, args.horizon, args.denoise_steps)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
 
@@ -81,13 +87,31 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     batches = sorted({1, 10, 30} | {max(1, -(-n // k)) for n in lengths for k in ks})
     thread_args = ["--threads", str(args.threads)] if args.threads else []
-    print("[1/%d] measuring parts (P, A, D(B))" % (len(args.modes) + 1), file=sys.stderr, flush=True)
-    parts = _run_worker(workload, "parts", ["--batches", json.dumps(batches), "--frames", str(frames), *thread_args])
-    records: list[dict] = []
+    points = _points(args.modes, lengths, ks)
+    # parallel mode runs torch from two threads; their OpenMP teams then slow every other mode in the same
+    # process about 2x (measured), so it is timed in a process of its own, not interleaved with the rest.
+    groups = [[p for p in points if p[0] != "parallel"], [p for p in points if p[0] == "parallel"]]
+    steps = 1 + len(args.modes)
+    parts: dict = {}
+    by_point: dict = {}
+    for group in (g for g in groups if g):
+        isolated = group[0][0] == "parallel"
+        print(f"[1/{steps}] timing: {len(group)} points" + (" of parallel mode" if isolated else " and the parts, interleaved")
+              + " in one process", file=sys.stderr, flush=True)
+        probe = [] if isolated else batches  # the parts come from the interleaved process
+        timing = _run_worker(workload, ["--task", "timing", "--points", json.dumps(group), "--batches", json.dumps(probe),
+                                        "--frames", str(frames), *thread_args], "timing")
+        if not isolated or not parts:
+            parts = timing["parts"]  # type: ignore[index]
+        by_point.update(zip(map(tuple, group), timing["records"]))  # type: ignore[index]
+    records = [by_point[p] for p in points]
     for i, mode in enumerate(args.modes, start=2):
-        print(f"[{i}/{len(args.modes) + 1}] mode {mode}", file=sys.stderr, flush=True)
-        sweep = _sweep(mode, lengths, ks)
-        records += _run_worker(workload, mode, ["--sweep", json.dumps(sweep), "--frames", str(frames), *thread_args])  # type: ignore[operator]
+        print(f"[{i}/{steps}] peak memory of {mode} (a process of its own)", file=sys.stderr, flush=True)
+        where = [j for j, p in enumerate(points) if p[0] == mode]  # records come back in the order of points
+        peaks = _run_worker(workload, ["--task", "memory", "--mode", mode,
+                                       "--points", json.dumps([points[j][1:] for j in where]), *thread_args], mode)
+        for j, peak in zip(where, peaks):  # type: ignore[arg-type]
+            records[j]["peak_mem_bytes"] = peak
     add_comparisons(records, parts)  # type: ignore[arg-type]
     print(format_table(records, parts, header))  # type: ignore[arg-type]
     print(f"\n(total {time.monotonic() - started:.0f} s)")

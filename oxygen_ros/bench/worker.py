@@ -1,7 +1,5 @@
-"""One benchmark worker process: the cost of each part, or one mode over the whole sweep.
-
-Each mode runs in its own process so its peak memory is its own; the parent compares them side by side.
-Progress goes to stderr, the result as one JSON document on stdout.
+"""One benchmark worker process: the timing of every mode interleaved in one process, or the peak memory of
+one mode in a process of its own. Progress goes to stderr, the result as one JSON document on stdout.
 """
 
 from __future__ import annotations
@@ -16,6 +14,7 @@ import time
 import torch
 
 from oxygen_ros.engine import make_runner
+from oxygen_ros.engine.modes import ParallelRunner
 from oxygen_ros.engine.allocator import keep_freed_buffers
 
 from .memory import PeakMemory
@@ -31,115 +30,170 @@ def _progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def measure_parts(workload: Workload, batches: list[int], repeats: int) -> dict:
-    """P (one prefill), A (one action chunk) and D(B) (one batched decode step at batch B), medians."""
-    model = workload.build_model()
-    config = model.config
-    engine = workload.engine(model, decode_len=repeats + 4)  # requests must not finish while being timed
-    frames = workload.frames(config)
-    prefill, action = [], []
-    for i in range(repeats + 1):
-        prefix, p = engine.prefill(frames[i % len(frames)])
-        _, a = engine.act(prefix, workload.noise(config, i))
-        engine.kv.release(prefix)
-        if i:  # the first call warms up
-            prefill.append(p)
-            action.append(a)
-    decode = {}
-    for b in batches:
-        prefix, _ = engine.prefill(frames[0])
-        engine.start_requests(prefix, frames[0], engine.tasks * b)
-        engine.kv.release(prefix)
-        if engine.live_requests != b:
-            raise RuntimeError(f"parts: only {engine.live_requests} of {b} requests fit the KV budget")
-        engine.decode_step()  # feeds the continuation prompts
-        engine.decode_step()
-        times = []
-        for _ in range(repeats):
+class PartsProbe:
+    """Measures P (one prefill), A (one action chunk) and D(B) (one batched decode step at batch B).
+
+    One ``sample()`` per round of the interleaved run, so the parts see the same machine as the modes."""
+
+    def __init__(self, workload: Workload, model, batches: list[int], rounds: int) -> None:  # noqa: ANN001
+        self.workload, self.model = workload, model
+        self.frames = workload.frames(model.config)
+        self.engine = workload.engine(model, decode_len=1)
+        self.decoders = {}
+        for b in batches:  # B live requests that outlast every round
+            engine = workload.engine(model, decode_len=rounds + 8)
+            prefix, _ = engine.prefill(self.frames[0])
+            engine.start_requests(prefix, self.frames[0], engine.tasks * b)
+            engine.kv.release(prefix)
+            if engine.live_requests != b:
+                raise RuntimeError(f"parts: only {engine.live_requests} of {b} requests fit the KV budget")
+            engine.decode_step()  # feeds the continuation prompts
+            self.decoders[b] = engine
+        self.prefill: list[float] = []
+        self.action: list[float] = []
+        self.decode: dict[int, list[float]] = {b: [] for b in batches}
+        self.prefix_tokens = 0
+
+    def sample(self, index: int) -> None:
+        prefix, p = self.engine.prefill(self.frames[index % len(self.frames)])
+        _, a = self.engine.act(prefix, self.workload.noise(self.model.config, index))
+        self.prefix_tokens = prefix.length
+        self.engine.kv.release(prefix)
+        self.prefill.append(p)
+        self.action.append(a)
+        for b, engine in self.decoders.items():
             t0 = time.perf_counter()
             engine.decode_step()
-            _sync(model.device)
-            times.append(time.perf_counter() - t0)
-        decode[str(b)] = statistics.median(times)
-        engine.cancel_all()
-        _progress(f"  parts: D({b}) = {decode[str(b)] * 1e3:.1f} ms")
-    parts = {
-        "prefill_s": statistics.median(prefill),
-        "action_s": statistics.median(action),
-        "decode_s": decode,
-        "prefix_tokens": prefix.length,
-        "params": sum(p.numel() for p in model.parameters()),
-    }
-    _progress(f"  parts: P = {parts['prefill_s'] * 1e3:.1f} ms, A = {parts['action_s'] * 1e3:.1f} ms")
-    return parts
+            _sync(self.model.device)
+            self.decode[b].append(time.perf_counter() - t0)
+
+    def result(self) -> dict:
+        return {
+            "prefill_s": statistics.median(self.prefill),
+            "action_s": statistics.median(self.action),
+            "decode_s": {str(b): statistics.median(t) for b, t in self.decode.items()},
+            "prefix_tokens": self.prefix_tokens,
+            "params": sum(p.numel() for p in self.model.parameters()),
+        }
 
 
-def run_mode(workload: Workload, mode: str, sweep: list[tuple[int, int]], frames_measured: int) -> list[dict]:
-    """Every (decode_len N, tokens_per_frame k) point of the sweep for one mode."""
+class _Point:
+    """One (mode, N, k) point of the sweep: its runner and what its measured frames gave."""
+
+    def __init__(self, workload: Workload, model, text_model, mode: str, n: int, k: int) -> None:  # noqa: ANN001
+        self.mode, self.n, self.k = mode, n, k
+        self.engine = workload.engine(model, n)
+        if mode == "parallel":  # the second worker: its own model copy and KV pool
+            self.runner = ParallelRunner(self.engine, workload.engine(text_model, n))
+        else:
+            self.runner = make_runner(mode, self.engine, tokens_per_frame=k if mode == "oxygen" else 1)
+        # oxygen needs ~N/k frames before as many requests are live as in steady state
+        self.warmup = 2 + (math.ceil(n / k) if mode == "oxygen" else 0)
+        self.index = 0
+        self.frame_s: list[float] = []
+        self.tokens: list[int] = []
+        self.batches: list[int] = []
+        self.tick_s: list[float] = []
+
+    @property
+    def label(self) -> str:
+        return f"{self.mode} N={self.n}" + (f" k={self.k}" if self.mode == "oxygen" else "")
+
+    def run(self, workload: Workload, frames: list, count: int, record_from: int) -> None:
+        """Run ``count`` frames; those from the ``record_from``-th on are counted."""
+        config = self.engine.config
+        for i in range(count):
+            report = self.runner.frame(frames[self.index % len(frames)], workload.noise(config, self.index))
+            self.index += 1
+            if i >= record_from:
+                self.frame_s.append(report.frame_s)
+                self.tokens.append(report.tokens)
+                self.batches.append(self.engine.stats().last_decode_batch)
+                self.tick_s.append(report.tick.prefill_s + report.tick.action_s)
+
+    def record(self, horizon: int) -> dict:
+        # The median frame: robust to the bursts of a shared machine (the mean follows them: frame_ms_mean).
+        frame = statistics.median(self.frame_s)
+        return {
+            "mode": self.mode,
+            "decode_len": self.n if self.mode != "action_only" else 0,
+            "tokens_per_frame": (self.k if self.mode == "oxygen" else self.n) if self.mode != "action_only" else 0,
+            "frames": len(self.frame_s),
+            "frame_ms": 1e3 * frame,
+            "frame_ms_mean": 1e3 * statistics.mean(self.frame_s),
+            "action_hz": horizon / frame,
+            "tokens_per_s": statistics.mean(self.tokens) / frame,
+            "decode_batch": statistics.mean(self.batches) if self.mode == "oxygen" else None,
+            "tick_ms": 1e3 * statistics.median(self.tick_s),
+            "text_ms": 1e3 * (frame - statistics.median(self.tick_s)),
+        }
+
+
+def run_interleaved(workload: Workload, points: list[tuple[str, int, int]], frames_measured: int, block: int,
+                    batches: list[int]) -> dict:
+    """Every point of the sweep, and the parts, in rounds: each round runs a block of frames of every point in
+    turn (the first frame of a block is not counted: it pays for the previous point's cache traffic). A slow
+    spell of a shared machine then falls on every mode alike, so the ratios hold within one run."""
+    model = workload.build_model()
+    text_model = workload.build_model() if any(p[0] == "parallel" for p in points) else None
+    frames = workload.frames(model.config)
+    rounds = math.ceil(frames_measured / (block - 1))
+    probe = PartsProbe(workload, model, batches, rounds)
+    sweep = [_Point(workload, model, text_model, *p) for p in points]
+    for point in sweep:
+        point.run(workload, frames, point.warmup, record_from=point.warmup)
+        _progress(f"  warmed up {point.label} ({point.warmup} frames)")
+    for r in range(rounds):
+        for point in sweep:
+            point.run(workload, frames, block, record_from=1)
+        probe.sample(r)
+        summary = ", ".join(f"{p.label} {statistics.median(p.frame_s) * 1e3:.0f} ms" for p in sweep)
+        _progress(f"  round {r + 1}/{rounds}: {summary}")
+    for point in sweep:
+        point.runner.close()
+    horizon = model.config.action_horizon
+    return {"parts": probe.result(), "records": [p.record(horizon) for p in sweep]}
+
+
+def measure_memory(workload: Workload, mode: str, sweep: list[tuple[int, int]]) -> list[int]:
+    """Peak memory of each point of one mode, in a process of its own: warm-up to steady state, one frame."""
     device = torch.device(workload.device)
     memory = PeakMemory(device)
     model = workload.build_model()
-    config = model.config
-    frames = workload.frames(config)
-    records = []
+    text_model = workload.build_model() if mode == "parallel" else None
+    frames = workload.frames(model.config)
+    peaks = []
     for n, k in sweep:
-        engine = workload.engine(model, n)
-        runner = make_runner(mode, engine, tokens_per_frame=k if mode == "oxygen" else 1)
-        # oxygen needs ~N/k frames before as many requests are live as in steady state
-        warmup = 2 + (math.ceil(n / k) if mode == "oxygen" else 0)
-        total = warmup + frames_measured
+        point = _Point(workload, model, text_model, mode, n, k)
         memory.reset()
-        frame_s, tokens, batches, decode_s, parts_s = [], 0, [], [], []
-        for i in range(total):
-            report = runner.frame(frames[i % len(frames)], workload.noise(config, i))
-            if i >= warmup:
-                frame_s.append(report.frame_s)
-                tokens += report.tokens
-                stats = engine.stats()
-                batches.append(stats.last_decode_batch)
-                parts_s.append(report.tick.prefill_s + report.tick.action_s)
-                decode_s.append(report.frame_s - report.tick.prefill_s - report.tick.action_s)
-            label = f"[{mode} N={n}" + (f" k={k}" if mode == "oxygen" else "") + "]"
-            _progress(f"  {label} frame {i + 1}/{total}: {report.frame_s * 1e3:.0f} ms")
-        peak = memory.peak_bytes()
-        runner.close()
-        elapsed = sum(frame_s)
-        records.append(
-            {
-                "mode": mode,
-                "decode_len": n if mode != "action_only" else 0,
-                "tokens_per_frame": (k if mode == "oxygen" else n) if mode != "action_only" else 0,
-                "frames": len(frame_s),
-                "frame_ms": 1e3 * elapsed / len(frame_s),
-                "frame_ms_median": 1e3 * statistics.median(frame_s),
-                "action_hz": config.action_horizon * len(frame_s) / elapsed,
-                "tokens_per_s": tokens / elapsed,
-                "peak_mem_bytes": peak,
-                "decode_batch": statistics.mean(batches) if mode == "oxygen" else None,
-                "tick_ms": 1e3 * statistics.mean(parts_s),
-                "text_ms": 1e3 * statistics.mean(decode_s),
-            }
-        )
-    return records
+        point.run(workload, frames, point.warmup + 1, record_from=point.warmup + 1)
+        peaks.append(memory.peak_bytes())
+        point.runner.close()
+        _progress(f"  memory {point.label}: {peaks[-1] / 2**20:.0f} MiB")
+    return peaks
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="one oxygen-bench worker (started by oxygen-bench)")
     parser.add_argument("--workload", required=True, help="JSON of the Workload fields")
-    parser.add_argument("--mode", required=True, help="'parts' or an engine mode")
-    parser.add_argument("--sweep", default="[]", help="JSON list of [decode_len, tokens_per_frame]")
+    parser.add_argument("--task", choices=("timing", "memory"), required=True)
+    parser.add_argument("--mode", help="memory: the engine mode")
+    parser.add_argument("--points", default="[]", help="JSON list of [mode, decode_len, tokens_per_frame] (timing) "
+                        "or [decode_len, tokens_per_frame] (memory)")
     parser.add_argument("--batches", default="[1, 10, 30]")
-    parser.add_argument("--frames", type=int, default=8)
+    parser.add_argument("--frames", type=int, default=12)
+    parser.add_argument("--block", type=int, default=4)
     parser.add_argument("--threads", type=int, default=0)
     args = parser.parse_args(argv)
     keep_freed_buffers()
     if args.threads:
         torch.set_num_threads(args.threads)
     workload = Workload(**json.loads(args.workload))
-    if args.mode == "parts":
-        result: object = measure_parts(workload, json.loads(args.batches), repeats=max(3, args.frames // 2))
+    points = [tuple(x) for x in json.loads(args.points)]
+    if args.task == "timing":
+        result: object = run_interleaved(workload, points, args.frames, args.block, json.loads(args.batches))  # type: ignore[arg-type]
     else:
-        result = run_mode(workload, args.mode, [tuple(x) for x in json.loads(args.sweep)], args.frames)
+        result = measure_memory(workload, args.mode, points)  # type: ignore[arg-type]
     json.dump(result, sys.stdout)
     return 0
 
