@@ -106,12 +106,12 @@ def main(argv: list[str] | None = None) -> int:
         by_point.update(zip(map(tuple, group), timing["records"]))  # type: ignore[index]
     records = [by_point[p] for p in points]
     for i, mode in enumerate(args.modes, start=2):
-        print(f"[{i}/{steps}] peak memory of {mode} (a process of its own)", file=sys.stderr, flush=True)
-        where = [j for j, p in enumerate(points) if p[0] == mode]  # records come back in the order of points
-        peaks = _run_worker(workload, ["--task", "memory", "--mode", mode,
-                                       "--points", json.dumps([points[j][1:] for j in where]), *thread_args], mode)
-        for j, peak in zip(where, peaks):  # type: ignore[arg-type]
-            records[j]["peak_mem_bytes"] = peak
+        print(f"[{i}/{steps}] peak memory of {mode}: each point in a process of its own", file=sys.stderr, flush=True)
+        for j, point in enumerate(points):  # records come back in the order of points
+            if point[0] == mode:
+                peaks = _run_worker(workload, ["--task", "memory", "--mode", mode, "--points", json.dumps([point[1:]]),
+                                               *thread_args], mode)
+                records[j]["peak_mem_bytes"] = peaks[0]  # type: ignore[index]
     add_comparisons(records, parts)  # type: ignore[arg-type]
     print(format_table(records, parts, header))  # type: ignore[arg-type]
     print(f"\n(total {time.monotonic() - started:.0f} s)")

@@ -156,7 +156,8 @@ def run_interleaved(workload: Workload, points: list[tuple[str, int, int]], fram
 
 
 def measure_memory(workload: Workload, mode: str, sweep: list[tuple[int, int]]) -> list[int]:
-    """Peak memory of each point of one mode, in a process of its own: warm-up to steady state, one frame."""
+    """Peak memory of points of one mode: warm-up to steady state, one frame. oxygen-bench runs one point per
+    process: the tuned allocator keeps freed memory, so a process's earlier points would count too."""
     device = torch.device(workload.device)
     memory = PeakMemory(device)
     model = workload.build_model()
