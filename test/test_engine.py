@@ -167,7 +167,7 @@ def test_deadline_policy_stops_at_the_deadline_and_learns_step_cost() -> None:
     assert clock.now <= 100.0 + 1.0 + 0.1 + 0.04
 
 
-def test_stop_strings_and_eos_finish_requests() -> None:
+def test_eos_finishes_a_request() -> None:
     model = tiny_model(seed=8)
     frame = make_frame(model.config, 0)
     alone = decode_alone(model, frame, [5, 6], 6)

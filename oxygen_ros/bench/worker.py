@@ -15,6 +15,7 @@ import torch
 
 from oxygen_ros.engine import make_runner
 from oxygen_ros.engine.modes import ParallelRunner
+from oxygen_ros.model.vla import count_parameters
 from oxygen_ros.engine.allocator import keep_freed_buffers
 
 from .memory import PeakMemory
@@ -73,7 +74,7 @@ class PartsProbe:
             "action_s": statistics.median(self.action),
             "decode_s": {str(b): statistics.median(t) for b, t in self.decode.items()},
             "prefix_tokens": self.prefix_tokens,
-            "params": sum(p.numel() for p in self.model.parameters()),
+            "params": count_parameters(self.model),
         }
 
 

@@ -121,7 +121,7 @@ class Engine:
 
     def start_requests(self, prefix: SharedPrefix, frame: FrameInput, tasks: Sequence[TextTask]) -> TickResult:
         """Fork text requests from a prefix and start waiting ones; fills started/waiting/refused lists."""
-        result = TickResult(frame.frame_seq, frame.stamp_ns, actions=None, prefill_s=0.0, action_s=0.0)  # type: ignore[arg-type]
+        result = TickResult(frame.frame_seq, frame.stamp_ns)
         t0 = time.perf_counter()
         for request in self.kv.admit_waiting(prefix, frame.frame_seq, frame.stamp_ns):
             self._begin(request)
@@ -156,7 +156,7 @@ class Engine:
         finally:
             self.kv.release(prefix)  # text requests hold their own references
         self._last["prefill"], self._last["action"] = prefill_s, action_s
-        out = result or TickResult(frame.frame_seq, frame.stamp_ns, None, 0.0, 0.0)  # type: ignore[arg-type]
+        out = result or TickResult(frame.frame_seq, frame.stamp_ns)
         out.actions, out.prefill_s, out.action_s, out.prefix_tokens = actions.cpu().numpy(), prefill_s, action_s, prefix.length
         return out
 

@@ -49,9 +49,9 @@ class FrameInput:
 class TickResult:
     frame_seq: int
     stamp_ns: int
-    actions: np.ndarray  # [H, action_dim] float32, in the model's normalized action space
-    prefill_s: float
-    action_s: float
+    actions: np.ndarray | None = None  # [H, action_dim] float32, normalized action space; set by Engine.tick
+    prefill_s: float = 0.0
+    action_s: float = 0.0
     text_start_s: float = 0.0
     prefix_tokens: int = 0
     started: list[tuple[int, str]] = field(default_factory=list)  # (request id, task)
