@@ -9,17 +9,32 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from oxygen_ros.bench.report import add_comparisons, interpolate_decode
+from oxygen_ros.model.compiled import compiler_available
 
 
-def test_bench_cli_writes_results_and_plots(tmp_path: Path) -> None:
+@pytest.mark.parametrize("actions", ["eager", "compiled"])
+def test_bench_cli_writes_results_and_plots(tmp_path: Path, actions: str) -> None:
     out = tmp_path / "bench"
     cmd = [sys.executable, "-m", "oxygen_ros.bench.cli", "--preset", "tiny", "--dtype", "float32", "--frames", "1",
-           "--lengths", "2", "3", "--tokens-per-frame", "1", "2", "--threads", "1", "--out", str(out)]
+           "--lengths", "2", "3", "--tokens-per-frame", "1", "2", "--threads", "1", "--out", str(out),
+           "--actions", actions]
+    fused = actions == "compiled" and compiler_available() is None
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "timing:" in proc.stderr and "round 1/" in proc.stderr and "memory" in proc.stderr  # progress is shown
-    records = json.loads((out / "results.json").read_text())
+    results = json.loads((out / "results.json").read_text())
+    machine = results["run"]["machine"]
+    for key in ("cpu_model", "cpu_cores", "cpu_caches", "torch", "torch_threads"):
+        assert machine[key], key
+    assert machine["torch_threads"] == 1 and results["run"]["command"].startswith("oxygen-bench ")
+    assert str(tmp_path) not in proc.stdout and str(tmp_path) not in (out / "table.txt").read_text()
+    parts = results["parts"]
+    assert parts["action_s"] > 0 and parts["action_eager_s"] > 0 and parts["action_fused"] is fused
+    assert ("compiled at start-up in" in proc.stdout) is fused
+    records = results["records"]
     modes = {r["mode"] for r in records}
     assert modes == {"action_only", "sequential", "parallel", "shared", "oxygen"}
     oxygen = [r for r in records if r["mode"] == "oxygen"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 
-def _status_kib(field: str) -> int:
+def status_kib(field: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1])
@@ -22,7 +22,7 @@ def _status_kib(field: str) -> int:
 class PeakMemory:
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        self.baseline = 0 if device.type == "cuda" else _status_kib("VmRSS") * 1024
+        self.baseline = 0 if device.type == "cuda" else status_kib("VmRSS") * 1024
 
     def reset(self) -> None:
         if self.device.type == "cuda":
@@ -35,4 +35,4 @@ class PeakMemory:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             return int(torch.cuda.max_memory_allocated(self.device))
-        return _status_kib("VmHWM") * 1024 - self.baseline
+        return status_kib("VmHWM") * 1024 - self.baseline

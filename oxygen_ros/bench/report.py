@@ -40,7 +40,24 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def format_table(records: list[dict], parts: dict, header: str) -> str:
+def format_before(before: list[dict], records: list[dict]) -> list[str]:
+    """Lines comparing the plain engine (eager action chunk, no lanes) with this run's engine, same rounds."""
+    after = {(r["mode"], r["decode_len"], r["tokens_per_frame"]): r for r in records}
+    ceiling = {v: next((r["frame_ms"] for r in rs if r["mode"] == "action_only"), None)
+               for v, rs in (("before", before), ("after", records))}
+    lines = ["", "before/after (same run, interleaved): before = eager action chunk, no lanes",
+             f"{'mode':<12}{'N':>4}{'k':>4}{'before ms':>11}{'after ms':>10}{'before /act-only':>18}{'after /act-only':>17}"]
+    for b in before:
+        a = after.get((b["mode"], b["decode_len"], b["tokens_per_frame"]))
+        if a is None or not ceiling["before"] or not ceiling["after"]:
+            continue
+        k = str(b["tokens_per_frame"]) if b["mode"] == "oxygen" else "-"
+        lines.append(f"{b['mode']:<12}{b['decode_len']:>4}{k:>4}{b['frame_ms']:>11.1f}{a['frame_ms']:>10.1f}"
+                     f"{ceiling['before'] / b['frame_ms']:>18.0%}{ceiling['after'] / a['frame_ms']:>17.0%}")
+    return lines
+
+
+def format_table(records: list[dict], parts: dict, header: str, before: list[dict] | None = None) -> str:
     lines = [header, ""]
     d = parts["decode_s"]
     lines.append(
@@ -48,6 +65,13 @@ def format_table(records: list[dict], parts: dict, header: str) -> str:
         f"A (action chunk) = {parts['action_s'] * 1e3:.1f} ms   "
         + "   ".join(f"D({b}) = {s * 1e3:.1f} ms" for b, s in sorted(d.items(), key=lambda kv: int(kv[0])))
     )
+    if "action_eager_s" in parts:
+        how = {"compiled": "fused (torch.compile)", "cuda_graph": "CUDA graph"}.get(parts.get("action_path", ""), "eager")
+        compiled = f", compiled at start-up in {parts['compile_s']:.1f} s" if parts.get("compile_s") else ""
+        lines.append(
+            f"action chunk: {how} {parts['action_s'] * 1e3:.1f} ms vs eager {parts['action_eager_s'] * 1e3:.1f} ms "
+            f"= {parts['action_s'] / parts['action_eager_s']:.0%} of eager{compiled}"
+        )
     lines.append("")
     cols = f"{'mode':<12}{'N':>4}{'k':>4}{'frame ms':>10}{'action Hz':>11}{'tok/s':>9}{'peak MB':>9}"
     cols += f"{'xseq act':>10}{'xseq tok':>10}{'/act-only':>10}{'eff':>6}"
@@ -64,15 +88,19 @@ def format_table(records: list[dict], parts: dict, header: str) -> str:
     lines.append("")
     lines.append("xseq: ratio to sequential at the same N; /act-only: action Hz as a share of action_only; "
                  "eff: (P + A + k*D(B)) / frame time for oxygen, B = its measured live batch.")
+    if before:
+        lines += format_before(before, records)
     return "\n".join(lines)
 
 
-def write_outputs(out_dir: Path, records: list[dict], parts: dict, meta: dict) -> list[Path]:
+def write_outputs(out_dir: Path, records: list[dict], parts: dict, meta: dict, before: list[dict] | None = None) -> list[Path]:
+    """results.json: the run (command, machine, workload), the parts, every point's record, the before points."""
     out_dir.mkdir(parents=True, exist_ok=True)
     results = out_dir / "results.json"
-    results.write_text(json.dumps(records, indent=2))
-    (out_dir / "parts.json").write_text(json.dumps({"parts": parts, "meta": meta}, indent=2))
-    return [results, out_dir / "parts.json", *plot(out_dir, records)]
+    results.write_text(json.dumps({"run": meta, "parts": parts, "records": records, "before": before or []}, indent=2))
+    table = out_dir / "table.txt"
+    table.write_text(format_table(records, parts, meta["header"], before) + "\n")
+    return [results, table, *plot(out_dir, records)]
 
 
 def plot(out_dir: Path, records: list[dict]) -> list[Path]:

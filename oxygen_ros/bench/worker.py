@@ -18,8 +18,8 @@ from oxygen_ros.engine.modes import ParallelRunner
 from oxygen_ros.model.vla import count_parameters
 from oxygen_ros.engine.allocator import keep_freed_buffers
 
-from .memory import PeakMemory
-from .workload import Workload
+from .memory import PeakMemory, status_kib
+from .workload import BenchRuntime, Workload
 
 
 def _sync(device: torch.device) -> None:
@@ -32,14 +32,15 @@ def _progress(message: str) -> None:
 
 
 class PartsProbe:
-    """Measures P (one prefill), A (one action chunk) and D(B) (one batched decode step at batch B).
+    """Measures P (one prefill), A (one action chunk: the engine's path, and the eager network beside it) and
+    D(B) (one batched decode step at batch B).
 
     One ``sample()`` per round of the interleaved run, so the parts see the same machine as the modes."""
 
-    def __init__(self, workload: Workload, model, batches: list[int], rounds: int) -> None:  # noqa: ANN001
-        self.workload, self.model = workload, model
+    def __init__(self, workload: Workload, model, runtime: BenchRuntime, batches: list[int], rounds: int) -> None:  # noqa: ANN001
+        self.workload, self.model, self.runtime = workload, model, runtime
         self.frames = workload.frames(model.config)
-        self.engine = workload.engine(model, decode_len=1)
+        self.engine = workload.engine(model, decode_len=1, runtime=runtime)
         self.decoders = {}
         for b in batches:  # B live requests that outlast every round
             engine = workload.engine(model, decode_len=rounds + 8)
@@ -52,16 +53,20 @@ class PartsProbe:
             self.decoders[b] = engine
         self.prefill: list[float] = []
         self.action: list[float] = []
+        self.action_eager: list[float] = []
         self.decode: dict[int, list[float]] = {b: [] for b in batches}
         self.prefix_tokens = 0
 
     def sample(self, index: int) -> None:
+        noise = self.workload.noise(self.model.config, index)
         prefix, p = self.engine.prefill(self.frames[index % len(self.frames)])
-        _, a = self.engine.act(prefix, self.workload.noise(self.model.config, index))
+        _, a = self.engine.act(prefix, noise)
+        _, a_eager = self.engine.act(prefix, noise, sampler=self.model.sample_actions)  # same lane, eager network
         self.prefix_tokens = prefix.length
         self.engine.kv.release(prefix)
         self.prefill.append(p)
         self.action.append(a)
+        self.action_eager.append(a_eager)
         for b, engine in self.decoders.items():
             t0 = time.perf_counter()
             engine.decode_step()
@@ -72,6 +77,10 @@ class PartsProbe:
         return {
             "prefill_s": statistics.median(self.prefill),
             "action_s": statistics.median(self.action),
+            "action_eager_s": statistics.median(self.action_eager),
+            "action_fused": self.runtime.fused,
+            "action_path": self.runtime.path,
+            "compile_s": self.runtime.compile_s,
             "decode_s": {str(b): statistics.median(t) for b, t in self.decode.items()},
             "prefix_tokens": self.prefix_tokens,
             "params": count_parameters(self.model),
@@ -81,9 +90,10 @@ class PartsProbe:
 class _Point:
     """One (mode, N, k) point of the sweep: its runner and what its measured frames gave."""
 
-    def __init__(self, workload: Workload, model, text_model, mode: str, n: int, k: int) -> None:  # noqa: ANN001
+    def __init__(self, workload: Workload, model, text_model, runtime: BenchRuntime | None, mode: str, n: int, k: int) -> None:  # noqa: ANN001
         self.mode, self.n, self.k = mode, n, k
-        self.engine = workload.engine(model, n)
+        self.variant = "after"
+        self.engine = workload.engine(model, n, runtime)
         if mode == "parallel":  # the second worker: its own model copy and KV pool
             self.runner = ParallelRunner(self.engine, workload.engine(text_model, n))
         else:
@@ -98,7 +108,8 @@ class _Point:
 
     @property
     def label(self) -> str:
-        return f"{self.mode} N={self.n}" + (f" k={self.k}" if self.mode == "oxygen" else "")
+        label = f"{self.mode} N={self.n}" + (f" k={self.k}" if self.mode == "oxygen" else "")
+        return label + (" (before)" if self.variant == "before" else "")
 
     def run(self, workload: Workload, frames: list, count: int, record_from: int) -> None:
         """Run ``count`` frames; those from the ``record_from``-th on are counted."""
@@ -131,7 +142,7 @@ class _Point:
 
 
 def run_interleaved(workload: Workload, points: list[tuple[str, int, int]], frames_measured: int, block: int,
-                    batches: list[int]) -> dict:
+                    batches: list[int], before: list[tuple[str, int, int]] = ()) -> dict:  # type: ignore[assignment]
     """Every point of the sweep, and the parts, in rounds: each round runs a block of frames of every point in
     turn (the first frame of a block is not counted: it pays for the previous point's cache traffic). A slow
     spell of a shared machine then falls on every mode alike, so the ratios hold within one run."""
@@ -139,8 +150,16 @@ def run_interleaved(workload: Workload, points: list[tuple[str, int, int]], fram
     text_model = workload.build_model() if any(p[0] == "parallel" for p in points) else None
     frames = workload.frames(model.config)
     rounds = math.ceil(frames_measured / (block - 1))
-    probe = PartsProbe(workload, model, batches, rounds)
-    sweep = [_Point(workload, model, text_model, *p) for p in points]
+    rss = status_kib("VmRSS")
+    runtime = BenchRuntime(workload, model, _progress)
+    compile_rss = (status_kib("VmRSS") - rss) * 1024
+    probe = PartsProbe(workload, model, runtime, batches, rounds)
+    sweep = [_Point(workload, model, text_model, runtime, *p) for p in points]
+    # "before": the same points on a plain engine (eager action chunk, everything on the calling thread)
+    baseline = [_Point(workload, model, text_model, None, *p) for p in before]
+    for point in baseline:
+        point.variant = "before"
+    sweep += baseline
     for point in sweep:
         point.run(workload, frames, point.warmup, record_from=point.warmup)
         _progress(f"  warmed up {point.label} ({point.warmup} frames)")
@@ -152,26 +171,33 @@ def run_interleaved(workload: Workload, points: list[tuple[str, int, int]], fram
         _progress(f"  round {r + 1}/{rounds}: {summary}")
     for point in sweep:
         point.runner.close()
+    runtime.close()
     horizon = model.config.action_horizon
-    return {"parts": probe.result(), "records": [p.record(horizon) for p in sweep]}
+    parts = probe.result() | {"compile_rss_bytes": compile_rss}
+    records = [p.record(horizon) for p in sweep if p.variant == "after"]
+    return {"parts": parts, "records": records, "before": [p.record(horizon) for p in baseline]}
 
 
 def measure_memory(workload: Workload, mode: str, sweep: list[tuple[int, int]]) -> list[int]:
     """Peak memory of points of one mode: warm-up to steady state, one frame. oxygen-bench runs one point per
-    process: the tuned allocator keeps freed memory, so a process's earlier points would count too."""
+    process: the tuned allocator keeps freed memory, so a process's earlier points would count too. (It passes
+    the eager action network: compiling in every one of these processes would take minutes; the timing
+    process reports what compiling adds.)"""
     device = torch.device(workload.device)
     memory = PeakMemory(device)
     model = workload.build_model()
     text_model = workload.build_model() if mode == "parallel" else None
     frames = workload.frames(model.config)
+    runtime = BenchRuntime(workload, model, _progress)
     peaks = []
     for n, k in sweep:
-        point = _Point(workload, model, text_model, mode, n, k)
+        point = _Point(workload, model, text_model, runtime, mode, n, k)
         memory.reset()
         point.run(workload, frames, point.warmup + 1, record_from=point.warmup + 1)
         peaks.append(memory.peak_bytes())
         point.runner.close()
         _progress(f"  memory {point.label}: {peaks[-1] / 2**20:.0f} MiB")
+    runtime.close()
     return peaks
 
 
@@ -183,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--points", default="[]", help="JSON list of [mode, decode_len, tokens_per_frame] (timing) "
                         "or [decode_len, tokens_per_frame] (memory)")
     parser.add_argument("--batches", default="[1, 10, 30]")
+    parser.add_argument("--before", default="[]", help="timing: JSON points also run on a plain eager engine")
     parser.add_argument("--frames", type=int, default=12)
     parser.add_argument("--block", type=int, default=4)
     parser.add_argument("--threads", type=int, default=0)
@@ -193,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     workload = Workload(**json.loads(args.workload))
     points = [tuple(x) for x in json.loads(args.points)]
     if args.task == "timing":
-        result: object = run_interleaved(workload, points, args.frames, args.block, json.loads(args.batches))  # type: ignore[arg-type]
+        before = [tuple(x) for x in json.loads(args.before)]
+        result: object = run_interleaved(workload, points, args.frames, args.block, json.loads(args.batches), before)  # type: ignore[arg-type]
     else:
         result = measure_memory(workload, args.mode, points)  # type: ignore[arg-type]
     json.dump(result, sys.stdout)

@@ -8,6 +8,8 @@ from pathlib import Path
 import torch
 
 from oxygen_ros.engine import Engine, FrameInput, TextTask
+from oxygen_ros.engine.engine import EngineLanes
+from oxygen_ros.model.compiled import ActionSampler, make_action_sampler
 from oxygen_ros.model.config import BENCH, ModelConfig, preset
 from oxygen_ros.model.vla import Pi05Model
 
@@ -25,6 +27,8 @@ class Workload:
     denoise_steps: int = 10
     kv_budget_mb: int = 96
     seed: int = 0
+    actions: str = "auto"  # the action chunk: compiled / cuda_graph / eager; auto = cuda_graph on CUDA, else compiled
+    lanes: bool = True  # action chunk and an overlapped decode step on worker threads of their own
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -34,8 +38,12 @@ class Workload:
         return preset(self.preset).replace(action_horizon=self.horizon, num_denoise_steps=self.denoise_steps)
 
     def build_model(self) -> Pi05Model:
+        """Random weights (same seed in every process), initialized on the device itself (a full pi0.5 would
+        take a minute to initialize on the CPU)."""
         torch.manual_seed(self.seed)
-        return Pi05Model(self.model_config()).to(device=self.device, dtype=self.torch_dtype).eval()
+        with torch.device(self.device):
+            model = Pi05Model(self.model_config())
+        return model.to(dtype=self.torch_dtype).eval()
 
     def frames(self, config: ModelConfig) -> list[FrameInput]:
         g = torch.Generator().manual_seed(self.seed + 1)
@@ -53,10 +61,36 @@ class Workload:
         g = torch.Generator().manual_seed(10_000 + index)
         return torch.randn(config.action_horizon, config.action_dim, generator=g)
 
-    def engine(self, model: Pi05Model, decode_len: int) -> Engine:
+    def engine(self, model: Pi05Model, decode_len: int, runtime: "BenchRuntime | None" = None) -> Engine:
+        """An engine with the workload's text task; ``runtime`` gives it the shared sampler and lanes."""
         continuation = tuple(t % model.config.vocab_size for t in CONTINUATION)  # valid for small vocabularies too
         task = TextTask("language", continuation, every_n_frames=1, max_tokens=max(decode_len, 1))
-        return Engine(model, [task], kv_budget_bytes=self.kv_budget_mb << 20, ignore_eos=True, seed=self.seed)
+        return Engine(model, [task], kv_budget_bytes=self.kv_budget_mb << 20, ignore_eos=True, seed=self.seed,
+                      action_sampler=runtime.sampler if runtime else None, lanes=runtime.lanes if runtime else None,
+                      decode_graphs=self.decode_graphs)
+
+    @property
+    def decode_graphs(self) -> bool:
+        """Decode steps from CUDA graphs wherever the action chunk uses one (CUDA, actions auto/cuda_graph)."""
+        return self.device.startswith("cuda") and self.actions in ("auto", "cuda_graph")
+
+
+class BenchRuntime:
+    """What every engine of a worker process shares: the action sampler (compiled once) and the lanes."""
+
+    def __init__(self, workload: Workload, model: Pi05Model, progress=print) -> None:  # noqa: ANN001
+        self.lanes = EngineLanes(workload.device) if workload.lanes else None
+        build = lambda: make_action_sampler(model, workload.actions, progress)  # noqa: E731
+        # Compiled on the action lane: the thread whose settings it will run with.
+        self.sampler: ActionSampler = self.lanes.action.run(build) if self.lanes else build()
+        self.compile_s = getattr(self.sampler, "compile_s", None)
+        self.fused = bool(getattr(self.sampler, "fused", False))
+        graphed = type(self.sampler).__name__ == "GraphedActionSampler"
+        self.path = "cuda_graph" if graphed else ("compiled" if self.fused else "eager")
+
+    def close(self) -> None:
+        if self.lanes:
+            self.lanes.close()
 
 
 def bf16_supported(device: str) -> bool:

@@ -15,9 +15,12 @@ from dataclasses import dataclass
 import torch
 
 from oxygen_ros.kv import KVCacheManager, KVPool, SharedPrefix, TextRequest, commit, plan_step
+from oxygen_ros.model.compiled import ActionSampler
+from oxygen_ros.model.cuda_graphs import GraphedDecoder
 from oxygen_ros.model.tokenizer import Tokenizer
 from oxygen_ros.model.vla import Pi05Model
 
+from .lanes import Lane
 from .text_stream import TextStream
 from .types import FrameInput, TextEvent, TextTask, TickResult
 
@@ -47,6 +50,18 @@ class EngineStats:
     refused_total: int
 
 
+class EngineLanes:
+    """The worker threads of an engine that overlaps a decode step with the action chunk (see ``lanes``)."""
+
+    def __init__(self, device: torch.device | str, action_threads: int = 1, decode_threads: int = 1) -> None:
+        self.action = Lane("action", action_threads, device)
+        self.decode = Lane("decode", decode_threads, device)
+
+    def close(self) -> None:
+        self.action.close()
+        self.decode.close()
+
+
 class Engine:
     def __init__(
         self,
@@ -58,8 +73,13 @@ class Engine:
         max_waiting: int = 64,
         ignore_eos: bool = False,
         seed: int = 0,
+        action_sampler: ActionSampler | None = None,
+        lanes: "EngineLanes | None" = None,
+        decode_graphs: bool = False,
     ) -> None:
         self.model = model
+        self.sample_actions: ActionSampler = action_sampler or model.sample_actions
+        self.lanes = lanes
         self.config = model.config
         self.tasks = list(tasks)
         names = [t.name for t in self.tasks]
@@ -67,10 +87,17 @@ class Engine:
             raise ValueError(f"text task names must be unique, got {names}")
         self.tokenizer = tokenizer
         self.ignore_eos = ignore_eos
-        self._settings = dict(kv_budget_bytes=kv_budget_bytes, admission=admission, max_waiting=max_waiting, seed=seed)
+        self._settings = dict(kv_budget_bytes=kv_budget_bytes, admission=admission, max_waiting=max_waiting, seed=seed,
+                              decode_graphs=decode_graphs)
+        self._action_sampler = action_sampler
         b = self.config.backbone
         pool = KVPool.from_budget_bytes(kv_budget_bytes, b.depth, b.num_kv_heads, b.head_dim, model.dtype, model.device)
         self.kv = KVCacheManager(pool, self.config.max_prefix_tokens, admission, max_waiting)  # type: ignore[arg-type]
+        # decode_graphs (CUDA): decode steps replayed from CUDA graphs at bucketed batch sizes and widths.
+        self.graphed_decoder: GraphedDecoder | None = None
+        if decode_graphs:
+            longest = max((len(t.continuation) + t.max_tokens for t in self.tasks), default=0)
+            self.graphed_decoder = GraphedDecoder(model, pool.k, pool.v, self.config.max_prefix_tokens + longest)
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
         self._streams: dict[int, TextStream] = {}
         self._seq: dict[int, int] = {}
@@ -98,13 +125,16 @@ class Engine:
             raise
         return prefix, time.perf_counter() - t0
 
-    def act(self, prefix: SharedPrefix, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, float]:
-        """Sample one action chunk from a prefix, reading its KV in place."""
+    def act(self, prefix: SharedPrefix, noise: torch.Tensor | None = None,
+            sampler: ActionSampler | None = None) -> tuple[torch.Tensor, float]:
+        """Sample one action chunk from a prefix, reading its KV in place (``sampler`` overrides the engine's)."""
         t0 = time.perf_counter()
         if noise is None:
             noise = self.sample_noise()
         pool = self.kv.pool
-        actions = self.model.sample_actions(pool.view_k(prefix.extent), pool.view_v(prefix.extent), noise)
+        sample = sampler or self.sample_actions
+        args = (pool.view_k(prefix.extent), pool.view_v(prefix.extent), noise)
+        actions = self.lanes.action.run(sample, *args) if self.lanes else sample(*args)
         _sync(self.model.device)
         return actions, time.perf_counter() - t0
 
@@ -114,7 +144,9 @@ class Engine:
 
     def clone_with_model(self, model: Pi05Model) -> "Engine":
         """A second, isolated engine (own KV pool) with the same tasks and settings on another model."""
-        return Engine(model, self.tasks, self.tokenizer, ignore_eos=self.ignore_eos, **self._settings)  # type: ignore[arg-type]
+        sampler = self._action_sampler if model is self.model else None
+        return Engine(model, self.tasks, self.tokenizer, ignore_eos=self.ignore_eos, action_sampler=sampler,
+                      **self._settings)  # type: ignore[arg-type]
 
     def sample_noise(self) -> torch.Tensor:
         return torch.randn(self.config.action_horizon, self.config.action_dim, generator=self.generator)
@@ -141,23 +173,34 @@ class Engine:
         return result
 
     def tick(
-        self, frame: FrameInput, noise: torch.Tensor | None = None, tasks: Sequence[TextTask] | None = None
+        self, frame: FrameInput, noise: torch.Tensor | None = None, tasks: Sequence[TextTask] | None = None,
+        decode_during_action: bool = False,
     ) -> TickResult:
         """The critical path: shared prefill → action chunk → fork this frame's text requests.
 
         ``tasks`` overrides the schedule (``[]`` = action only); by default the tasks due on this tick start.
+        ``decode_during_action`` (needs ``lanes``): one batched decode step of the requests already live runs on
+        the decode lane while the action chunk runs on the action lane; its events are in ``result.events``.
+        The requests this tick starts join the next step. Each request's tokens are the same either way.
         """
         due = self.due_tasks() if tasks is None else list(tasks)
         self._ticks += 1
         prefix, prefill_s = self.prefill(frame)
+        side = None
+        if decode_during_action and self.lanes is not None and self.kv.running():
+            side = self.lanes.decode.submit(self.decode_step)
         try:
             actions, action_s = self.act(prefix, noise)
+        finally:
+            events = side.result() if side is not None else []  # the KV manager is touched by one thread at a time
+        try:
             result = self.start_requests(prefix, frame, due) if (due or self.kv.waiting_count) else None
         finally:
             self.kv.release(prefix)  # text requests hold their own references
         self._last["prefill"], self._last["action"] = prefill_s, action_s
         out = result or TickResult(frame.frame_seq, frame.stamp_ns)
         out.actions, out.prefill_s, out.action_s, out.prefix_tokens = actions.cpu().numpy(), prefill_s, action_s, prefix.length
+        out.events = events
         return out
 
     # -------------------------------------------------------------------------------------------- text
@@ -184,9 +227,11 @@ class Engine:
         t0 = time.perf_counter()
         plan = plan_step(running, self.model.device)
         pool = self.kv.pool
-        hidden = self.model.extend(plan.tokens, plan, pool.k, pool.v)
+        next_tokens = self.graphed_decoder.step(plan) if self.graphed_decoder else None
+        if next_tokens is None:  # no recorded graph fits (or none are used): the eager step
+            hidden = self.model.extend(plan.tokens, plan, pool.k, pool.v)
+            next_tokens = self.model.greedy_tokens(hidden[plan.last_rows]).tolist()
         commit(running)
-        next_tokens = self.model.greedy_tokens(hidden[plan.last_rows]).tolist()
         events = [self._accept(r, tok) for r, tok in zip(running, next_tokens)]
         self._decode_steps += 1
         self._tokens += len(events)

@@ -117,7 +117,8 @@ class ParallelRunner(ModeRunner):
 
 class OxygenRunner(ModeRunner):
     """Shared prefill, then either k decode steps (``tokens_per_frame``) or as many as fit before
-    ``frame_budget_s`` after the frame started (deadline-aware)."""
+    ``frame_budget_s`` after the frame started (deadline-aware). With engine lanes the first of them overlaps
+    the action chunk."""
 
     name = "oxygen"
 
@@ -131,11 +132,13 @@ class OxygenRunner(ModeRunner):
 
     def _run(self, frame: FrameInput, noise: torch.Tensor | None) -> tuple[TickResult, list[TextEvent]]:
         start = time.monotonic()
-        tick = self.engine.tick(frame, noise)
+        # With lanes, the frame's first decode step runs during the action chunk (it counts as one of the k).
+        tick = self.engine.tick(frame, noise, decode_during_action=self.engine.lanes is not None)
+        events = tick.events
         if self.fixed is not None:
-            return tick, self.fixed.run(self.engine)
+            return tick, events + self.fixed.run(self.engine, steps=self.fixed.k - (1 if events else 0))
         assert self.deadline is not None and self.frame_budget_s is not None
-        return tick, self.deadline.run(self.engine, start + self.frame_budget_s)
+        return tick, events + self.deadline.run(self.engine, start + self.frame_budget_s)
 
 
 def make_runner(mode: str, engine: Engine, tokens_per_frame: int | None = 1, frame_budget_s: float | None = None) -> ModeRunner:

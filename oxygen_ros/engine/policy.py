@@ -71,9 +71,10 @@ class FixedTokensPolicy:
             raise ValueError("tokens_per_frame must be >= 1")
         self.k = tokens_per_frame
 
-    def run(self, engine: Engine, deadline: float | None = None) -> list[TextEvent]:
+    def run(self, engine: Engine, deadline: float | None = None, steps: int | None = None) -> list[TextEvent]:
+        """``steps`` (default k) steps; the caller passes fewer when it already ran some this frame."""
         events: list[TextEvent] = []
-        for _ in range(self.k):
+        for _ in range(self.k if steps is None else steps):
             if engine.live_requests == 0:
                 break
             events += engine.decode_step()

@@ -57,6 +57,7 @@ class TickResult:
     started: list[tuple[int, str]] = field(default_factory=list)  # (request id, task)
     waiting: list[tuple[int, str]] = field(default_factory=list)
     refused: list[tuple[int, str, str]] = field(default_factory=list)  # (request id, task, reason)
+    events: list[TextEvent] = field(default_factory=list)  # text of a decode step run during the action chunk
 
 
 @dataclass

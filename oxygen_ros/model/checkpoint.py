@@ -7,7 +7,8 @@ sidecar ``oxygen_config.json`` of ``ModelConfig.from_dict`` overrides, which the
 
 Loading is strict: every weight of the model must be present with the right shape and nothing unknown may
 be left over; all problems are reported in one :class:`CheckpointError`. The model is built on the meta
-device and the file's tensors are assigned to it, so weights are read once and never initialized randomly.
+device and each tensor is read from the file straight into its final memory (``tensor_stream``), so weights
+are read once, never initialized randomly, and never held twice.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .config import ModelConfig
+from .tensor_stream import TensorFileError, TensorReader
 from .key_maps import (
     EXPERT_LM_HEAD,
     LAYOUTS,
@@ -159,6 +161,8 @@ class _WeightFiles:
     def __init__(self, directory: Path, stack: contextlib.ExitStack) -> None:
         single, index = directory / WEIGHTS_FILE, directory / INDEX_FILE
         self.where: dict[str, tuple[Any, Path]] = {}
+        self._stack = stack
+        self._readers: dict[Path, TensorReader] = {}
         if single.exists():
             self.label = single
             handle = self._open(single, stack)
@@ -202,11 +206,24 @@ class _WeightFiles:
     def dtype(self, key: str) -> str:
         return self.where[key][0].get_slice(key).get_dtype()
 
-    def get(self, key: str) -> torch.Tensor:
-        handle, path = self.where[key]
+    def _reader(self, path: Path) -> TensorReader:
+        if path not in self._readers:
+            self._readers[path] = self._stack.enter_context(TensorReader(path))
+        return self._readers[path]
+
+    def load(self, key: str, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """Tensor ``key`` read straight into its own memory in dtype/device: one copy (``tensor_stream``)."""
+        path = self.where[key][1]
         try:
-            return handle.get_tensor(key)
-        except (SafetensorError, OSError, RuntimeError) as exc:
+            return self._reader(path).read(key, dtype, device)
+        except (TensorFileError, OSError, KeyError) as exc:
+            raise CheckpointError(f"{path}: cannot read tensor {key!r}: {exc}") from None
+
+    def equals(self, key: str, tensor: torch.Tensor) -> bool:
+        path = self.where[key][1]
+        try:
+            return self._reader(path).equals(key, tensor)
+        except (TensorFileError, OSError, KeyError) as exc:
             raise CheckpointError(f"{path}: cannot read tensor {key!r}: {exc}") from None
 
 
@@ -298,34 +315,17 @@ def _hints(keys: list[str], matched: dict[str, str], layout: Layout) -> list[str
 def _load_tensors(
     files: _WeightFiles, plan: _Plan, dtype: torch.dtype, device: torch.device
 ) -> dict[str, torch.Tensor]:
-    state: dict[str, torch.Tensor] = {}
-    stored_embed: torch.Tensor | None = None
-    for native, key in plan.sources.items():
-        tensor = files.get(key)
-        if native == _EMBED:
-            stored_embed = tensor
-        state[native] = _owned(tensor, dtype, device)
+    """Every weight read once into its final memory (never a second copy of the weights, even transiently)."""
+    state = {native: files.load(key, dtype, device) for native, key in plan.sources.items()}
     if plan.tied is not None:
-        lm_head = files.get(plan.tied)
-        if stored_embed is not None:  # stored under both names: they must be the same tensor
-            if not torch.equal(lm_head, stored_embed.to(lm_head.dtype)):
+        if _EMBED in state:  # stored under both names: they must be the same tensor
+            if not files.equals(plan.tied, state[_EMBED]):
                 raise CheckpointError(
                     f"{files.label}: {plan.tied} is tied to the embedding {plan.sources[_EMBED]} but differs from it"
                 )
         else:
-            state[_EMBED] = _owned(lm_head, dtype, device)
+            state[_EMBED] = files.load(plan.tied, dtype, device)
     return state
-
-
-def _owned(tensor: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """``tensor`` in dtype/device, in memory of its own.
-
-    safetensors hands out CPU tensors that view the memory-mapped file at offsets set by the header length,
-    so they are not 64-byte aligned: CPU matmul kernels then round differently (outputs would depend on the
-    key names' lengths) and the weights would change under the model if the file were rewritten in place.
-    """
-    out = tensor.to(device=device, dtype=dtype)
-    return out.clone() if out.data_ptr() == tensor.data_ptr() else out
 
 
 def _check_no_meta_buffers(model: Pi05Model) -> None:

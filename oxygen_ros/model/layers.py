@@ -137,16 +137,17 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | 
     return _unfold_heads(torch.matmul(probs, v.transpose(1, 2)), s)
 
 
-def attend_two_parts(q: Tensor, k1: Tensor, v1: Tensor, k2: Tensor, v2: Tensor) -> Tensor:
+def attend_two_parts(q: Tensor, k1: Tensor, v1: Tensor, k2: Tensor, v2: Tensor, bias1: Tensor | None = None) -> Tensor:
     """Attention over the union of two key sets without concatenating them.
 
     Used by the action expert: part 1 is the frame's cached prefix (read in place, never copied), part 2 the
     action tokens themselves (all visible to each other). One softmax over both score blocks equals attending
-    to the concatenation. q [B, S, H, D]; k/v [B, T, Hkv, D] → [B, S, H*D].
+    to the concatenation. q [B, S, H, D]; k/v [B, T, Hkv, D] → [B, S, H*D]. ``bias1`` [T1] (0 or -inf) hides
+    slots of part 1 (a prefix padded to a static length).
     """
     s, hkv = q.shape[1], k1.shape[2]
     qf = _fold_heads(q, hkv)
-    s1 = _scores(qf, k1, None)
+    s1 = _scores(qf, k1, bias1)
     probs = torch.softmax(torch.cat((s1, _scores(qf, k2, None)), dim=-1), dim=-1).to(q.dtype)
     t1 = s1.shape[-1]
     out = torch.matmul(probs[..., :t1], v1.transpose(1, 2)) + torch.matmul(probs[..., t1:], v2.transpose(1, 2))

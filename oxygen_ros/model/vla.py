@@ -33,7 +33,7 @@ from .layers import (
     folded_mask_bias,
     sinusoidal_time_embedding,
 )
-from .mot import NO_MODULATION, Modulations, MoTLayer
+from .mot import NO_MODULATION, MoTLayer
 from .vision import VisionTower
 
 
@@ -44,6 +44,23 @@ class ExtendPlan(Protocol):
     ctx_len: Tensor  # [B] valid context length of each row, including the new tokens
     write_index: Tensor  # [B, S] pool slots for the new tokens' keys/values
     positions: Tensor  # [B, S] RoPE positions of the new tokens
+
+
+class VelocityFn(Protocol):
+    """:meth:`Pi05Model.action_velocity`'s signature (eager, compiled or captured)."""
+
+    def __call__(self, x_t: Tensor, prefix_k: Tensor, prefix_v: Tensor, cos: Tensor, sin: Tensor, mods: Tensor,
+                 prefix_bias: Tensor | None = None) -> Tensor: ...
+
+
+@dataclass
+class ActionSchedule:
+    """An action chunk's fixed inputs: RoPE of the H action positions, the modulations of every flow time."""
+
+    cos: Tensor  # [1, H, head_dim]
+    sin: Tensor
+    mods: Tensor  # [steps, 2·L + 1, 3W]
+    dt: float
 
 
 @dataclass
@@ -116,18 +133,17 @@ class Pi05Model(nn.Module):
         emb = sinusoidal_time_embedding(t, self.config.expert.width).to(self.dtype)
         return F.silu(self.time_mlp_out(F.silu(self.time_mlp_in(emb))))
 
-    def _action_modulations(self, times: Tensor) -> tuple[list[list[Modulations]], list[Tensor]]:
+    def _action_modulations(self, times: Tensor) -> Tensor:
         """Every adaptive norm's modulation for every flow time, in one matrix product.
 
-        times [N] → (per time: per layer (input, post-attention) modulations; per time: the final norm's).
-        The times of a whole Euler schedule are known before it starts, so this runs once per chunk.
+        times [N] → [N, 2·L + 1, 3W]: per time, layer i's input and post-attention norm modulations at rows
+        2i and 2i + 1, the final norm's last. The times of a whole Euler schedule are known before it starts,
+        so this runs once per chunk.
         """
         norms = [n for layer in self.layers for n in layer.action.adaptive_norms()] + [self.action_norm]
         weight = torch.cat([n.dense.weight for n in norms])
         bias = torch.cat([n.dense.bias for n in norms])
-        mods = F.linear(self._time_condition(times), weight, bias).unflatten(-1, (len(norms), -1))  # [N, norms, 3W]
-        per_time = [[(m[2 * i : 2 * i + 1], m[2 * i + 1 : 2 * i + 2]) for i in range(len(self.layers))] for m in mods]
-        return per_time, [m[-1:] for m in mods]
+        return F.linear(self._time_condition(times), weight, bias).unflatten(-1, (len(norms), -1))
 
     # ------------------------------------------------------------------------------------------------ prefill
     @torch.inference_mode()
@@ -155,34 +171,59 @@ class Pi05Model(nn.Module):
         return PrefixOutput(length=t, num_image_tokens=n_img, last_hidden=hidden)
 
     # ---------------------------------------------------------------------------------------------- actions
+    def action_schedule(self, t_prefix: int, horizon: int, steps: int) -> ActionSchedule:
+        """What a chunk's denoising needs besides the prefix and the noise (see :class:`ActionSchedule`)."""
+        positions = torch.arange(t_prefix, t_prefix + horizon, device=self.device).unsqueeze(0)
+        cos, sin = self.rope.cos_sin(positions, self.dtype)
+        dt = -1.0 / steps
+        times = 1.0 + dt * torch.arange(steps, device=self.device, dtype=torch.float32)
+        return ActionSchedule(cos, sin, self._action_modulations(times), dt)
+
+    def action_velocity(
+        self, x_t: Tensor, prefix_k: Tensor, prefix_v: Tensor, cos: Tensor, sin: Tensor, mods: Tensor,
+        prefix_bias: Tensor | None = None,
+    ) -> Tensor:
+        """One evaluation of the denoising network: the flow velocity at x_t [1, H, A] (float32).
+
+        prefix_k/v [L, T, Hkv, D] are read, never written; ``mods`` [2·L + 1, 3W] is one flow time's row of
+        :meth:`_action_modulations`; ``prefix_bias`` [T] (0 or -inf) hides prefix slots (a padded prefix).
+        """
+        x = self.action_in_proj(x_t.to(self.dtype))
+        for i, layer in enumerate(self.layers):
+            m = (mods[2 * i : 2 * i + 1], mods[2 * i + 1 : 2 * i + 2])
+            q, k, v, gate = layer.action.pre_attention(x, m)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            attn = attend_two_parts(q, prefix_k[i].unsqueeze(0), prefix_v[i].unsqueeze(0), k, v, prefix_bias)
+            x = layer.action.post_attention(x, attn, gate, m)
+        x, _ = self.action_norm(x, mods[-1:])
+        return self.action_out_proj(x).float()
+
     @torch.inference_mode()
-    def sample_actions(self, prefix_k: Tensor, prefix_v: Tensor, noise: Tensor, num_steps: int | None = None) -> Tensor:
+    def sample_actions(
+        self, prefix_k: Tensor, prefix_v: Tensor, noise: Tensor, num_steps: int | None = None,
+        velocity: VelocityFn | None = None,
+    ) -> Tensor:
         """Euler flow-matching from t=1 (noise) to t=0 against a cached prefix.
 
         prefix_k/v [L, T, Hkv, D] are read in place at every step and never written. noise [H, A] → [H, A]
-        (float32, still normalized).
+        (float32, still normalized). ``velocity`` replaces :meth:`action_velocity` (same signature), e.g. by
+        its compiled form (``oxygen_ros.model.compiled``).
         """
         steps = num_steps or self.config.num_denoise_steps
-        t_prefix = prefix_k.shape[1]
-        horizon = noise.shape[0]
-        positions = torch.arange(t_prefix, t_prefix + horizon, device=self.device).unsqueeze(0)
-        cos, sin = self.rope.cos_sin(positions, self.dtype)
-        pk, pv = prefix_k.unsqueeze(1), prefix_v.unsqueeze(1)  # [L, 1, T, Hkv, D] views
-        x_t = noise.to(self.device, torch.float32).unsqueeze(0)
-        dt = -1.0 / steps
-        times = 1.0 + dt * torch.arange(steps, device=self.device, dtype=torch.float32)
-        layer_mods, final_mods = self._action_modulations(times)
-        for step in range(steps):
-            x = self.action_in_proj(x_t.to(self.dtype))
-            for i, layer in enumerate(self.layers):
-                mods = layer_mods[step][i]
-                q, k, v, gate = layer.action.pre_attention(x, mods)
-                q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-                attn = attend_two_parts(q, pk[i], pv[i], k, v)
-                x = layer.action.post_attention(x, attn, gate, mods)
-            x, _ = self.action_norm(x, final_mods[step])
-            x_t = x_t + dt * self.action_out_proj(x).float()
-        return x_t[0]
+        schedule = self.action_schedule(prefix_k.shape[1], noise.shape[0], steps)
+        return self.denoise(prefix_k, prefix_v, noise.to(self.device, torch.float32).unsqueeze(0), schedule,
+                            velocity or self.action_velocity)[0]
+
+    def denoise(
+        self, prefix_k: Tensor, prefix_v: Tensor, x_t: Tensor, schedule: ActionSchedule, velocity: VelocityFn,
+        prefix_bias: Tensor | None = None,
+    ) -> Tensor:
+        """The Euler steps of a schedule from x_t [1, H, A] (float32); no allocation depends on data, so a
+        CUDA graph can capture it."""
+        s = schedule
+        for step in range(s.mods.shape[0]):
+            x_t = x_t + s.dt * velocity(x_t, prefix_k, prefix_v, s.cos, s.sin, s.mods[step], prefix_bias)
+        return x_t
 
     # ------------------------------------------------------------------------------------------------- text
     @torch.inference_mode()
@@ -203,11 +244,15 @@ class Pi05Model(nn.Module):
         bias = folded_mask_bias(mask, self.config.backbone.num_heads // hkv)  # once per call, not per layer
         write = plan.write_index.reshape(-1)
         gather = plan.ctx_index.reshape(-1)
+        src = getattr(plan, "write_src", None)  # a recorded (CUDA graph) step: padding rows rewrite row 0's K/V
         for i, layer in enumerate(self.layers):
             q, k, v, _ = layer.vlm.pre_attention(x, NO_MODULATION)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-            pool_k[i].index_copy_(0, write, k.reshape(b * s, hkv, d))
-            pool_v[i].index_copy_(0, write, v.reshape(b * s, hkv, d))
+            kw, vw = k.reshape(b * s, hkv, d), v.reshape(b * s, hkv, d)
+            if src is not None:
+                kw, vw = kw.index_select(0, src), vw.index_select(0, src)
+            pool_k[i].index_copy_(0, write, kw)
+            pool_v[i].index_copy_(0, write, vw)
             kc = pool_k[i].index_select(0, gather).view(b, t, hkv, d)
             vc = pool_v[i].index_select(0, gather).view(b, t, hkv, d)
             x = layer.vlm.post_attention(x, attend(q, kc, vc, mask, bias), None, NO_MODULATION)
@@ -236,7 +281,7 @@ class Pi05Model(nn.Module):
         """
         xp, n_img = self.embed_prefix(images, image_mask, tokens)
         tp, h = xp.shape[1], x_t.shape[0]
-        layer_mods, final_mods = self._action_modulations(torch.full((1,), time, device=self.device))
+        mods = self._action_modulations(torch.full((1,), time, device=self.device))[0]
         xs = self.action_in_proj(x_t.to(self.device, self.dtype).unsqueeze(0))
         total = tp + h
         mask = torch.zeros(total, total, dtype=torch.bool, device=self.device)
@@ -244,15 +289,16 @@ class Pi05Model(nn.Module):
         mask[tp:, :] = True  # action tokens see the whole prefix and each other; the prefix never sees them
         mask = mask.unsqueeze(0)
         cos, sin = self.rope.cos_sin(torch.arange(total, device=self.device).unsqueeze(0), self.dtype)
-        for layer, mods in zip(self.layers, layer_mods[0]):
+        for i, layer in enumerate(self.layers):
+            m = (mods[2 * i : 2 * i + 1], mods[2 * i + 1 : 2 * i + 2])
             qp, kp, vp, _ = layer.vlm.pre_attention(xp, NO_MODULATION)
-            qs, ks, vs, gate = layer.action.pre_attention(xs, mods)
+            qs, ks, vs, gate = layer.action.pre_attention(xs, m)
             q = apply_rope(torch.cat((qp, qs), 1), cos, sin)
             k = apply_rope(torch.cat((kp, ks), 1), cos, sin)
             attn = attend(q, k, torch.cat((vp, vs), 1), mask)
             xp = layer.vlm.post_attention(xp, attn[:, :tp], None, NO_MODULATION)
-            xs = layer.action.post_attention(xs, attn[:, tp:], gate, mods)
-        xs, _ = self.action_norm(xs, final_mods[0])
+            xs = layer.action.post_attention(xs, attn[:, tp:], gate, m)
+        xs, _ = self.action_norm(xs, mods[-1:])
         return self.action_out_proj(xs)[0].float()
 
     @torch.inference_mode()

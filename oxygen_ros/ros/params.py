@@ -235,6 +235,11 @@ PARAMS: tuple[ParamSpec, ...] = (
               low=0, high=2**31 - 1),
     ParamSpec("num_threads", "int", _runtime_default("num_threads"),
               "Torch CPU threads for the model (0 = torch's default, one per core).", low=0, high=1024),
+    ParamSpec("action_backend", "str", _runtime_default("action_backend"),
+              "'compiled': the action chunk through torch.compile, compiled at start-up (eager if that fails); "
+              "'eager': plain torch.", choices=("eager", "compiled")),
+    ParamSpec("overlap_decode", "bool", _runtime_default("overlap_decode"),
+              "oxygen mode: run one batched decode step on a second thread while the action chunk runs."),
     # ----------------------------------------------------------------------------- inputs (topics)
     ParamSpec("camera_topics", "str[]", ["/camera/image_raw"],
               "One topic per image slot, in slot order (pi0.5: base, left wrist, right wrist); '' = no camera "

@@ -50,6 +50,8 @@ class RuntimeConfig:
     max_waiting: int = 16
     seed: int = 0
     num_threads: int = 0  # torch CPU threads; 0 = torch's default (one per core)
+    action_backend: str = "eager"  # "compiled": the action chunk through torch.compile (at start-up), eager fallback
+    overlap_decode: bool = False  # oxygen mode: one decode step runs on its own thread during the action chunk
 
     def validate(self) -> "RuntimeConfig":
         """Raise ValueError naming the first bad field and why; returns self."""
@@ -67,6 +69,7 @@ class RuntimeConfig:
             (self.admission in ("wait", "refuse"), "admission must be 'wait' or 'refuse'"),
             (self.max_waiting >= 0, "max_waiting must be >= 0"),
             (self.num_threads >= 0, "num_threads must be >= 0 (0 = torch's default)"),
+            (self.action_backend in ("eager", "compiled"), "action_backend must be 'eager' or 'compiled'"),
         ]
         for ok, reason in checks:
             if not ok:

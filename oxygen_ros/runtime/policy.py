@@ -19,9 +19,11 @@ import torch
 
 from oxygen_ros.engine import Engine, EngineStats, FrameInput, TextEvent, TextTask, TickResult, make_runner
 from oxygen_ros.engine.allocator import keep_freed_buffers
+from oxygen_ros.engine.engine import EngineLanes
 from oxygen_ros.engine.modes import OxygenRunner
 from oxygen_ros.engine.policy import DeadlinePolicy, FixedTokensPolicy
 from oxygen_ros.model.checkpoint import CheckpointError, load_checkpoint
+from oxygen_ros.model.compiled import make_action_sampler
 from oxygen_ros.model.config import ModelConfig, preset
 from oxygen_ros.model.normalize import Normalizer, NormStatsError, find_norm_stats, load_norm_stats
 from oxygen_ros.model.preprocess import ImageError, prepare_images
@@ -50,7 +52,7 @@ class InputError(ValueError):
 class StepResult:
     tick: TickResult
     actions: np.ndarray  # [H, action_dim] float32 in robot units
-    events: list[TextEvent]  # text produced inside the frame (modes that finish text within a frame)
+    events: list[TextEvent]  # text produced inside the frame (modes that finish it there; oxygen's overlapped step)
 
 
 def demo_tokenizer_path(vocab_size: int) -> Path:
@@ -70,6 +72,10 @@ class PolicyRuntime:
             TextTask(t.name, tuple(continuation_tokens(tokenizer, t.prompt)), t.every_n_frames, t.max_tokens, tuple(t.stop))
             for t in config.tasks
         ]
+        # Lanes: the action chunk and an overlapped decode step on threads of their own (oxygen mode).
+        self.lanes = EngineLanes(model.device) if config.overlap_decode and config.engine_mode == "oxygen" else None
+        build = lambda: make_action_sampler(model, config.action_backend, lambda m: log.info("%s", m))  # noqa: E731
+        sampler = self.lanes.action.run(build) if self.lanes else build()  # compiled where it will run
         self.engine = Engine(
             model,
             tasks,
@@ -78,6 +84,8 @@ class PolicyRuntime:
             admission=config.admission,
             max_waiting=config.max_waiting,
             seed=config.seed,
+            action_sampler=sampler,
+            lanes=self.lanes,
         )
         self.mode = config.engine_mode
         k = config.tokens_per_frame
@@ -216,7 +224,8 @@ class PolicyRuntime:
     def step(self, frame: FrameInput) -> StepResult:
         """The critical path of one control tick; in ``oxygen`` mode text advances in :meth:`decode`."""
         if isinstance(self.runner, OxygenRunner):
-            tick, events = self.engine.tick(frame), []
+            tick = self.engine.tick(frame, decode_during_action=self.lanes is not None)
+            events = tick.events
         else:
             report = self.runner.frame(frame)
             tick, events = report.tick, report.events
@@ -232,7 +241,10 @@ class PolicyRuntime:
         return self._decoder.run(self.engine, deadline if deadline is not None else time.monotonic())
 
     def close(self) -> list[TextEvent]:
-        return self.runner.close()
+        events = self.runner.close()
+        if self.lanes:
+            self.lanes.close()
+        return events
 
     def stats(self) -> EngineStats:
         return self.engine.stats()

@@ -1,0 +1,86 @@
+"""What the benchmark ran on, recorded next to its figures: CPU model, cores, caches, load, torch, threads, GPU."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+import torch
+
+_CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_caches() -> list[dict]:
+    """Each cache level of CPU 0: level, type, size and how many CPUs share it (Linux sysfs; [] elsewhere)."""
+    caches = []
+    for index in sorted(_CACHE_DIR.glob("index[0-9]*")):
+        try:
+            read = lambda name: (index / name).read_text().strip()  # noqa: E731
+            shared = read("shared_cpu_list")
+            caches.append({"level": int(read("level")), "type": read("type"), "size": read("size"),
+                           "shared_by_cpus": _count_cpus(shared)})
+        except (OSError, ValueError):
+            continue
+    return caches
+
+
+def _count_cpus(cpu_list: str) -> int:
+    total = 0
+    for part in cpu_list.split(","):
+        lo, _, hi = part.partition("-")
+        total += int(hi or lo) - int(lo) + 1
+    return total
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def machine_info(device: str, lane_threads: int | None) -> dict:
+    """The record stored in results.json (no paths, no host names)."""
+    info = {
+        "cpu_model": cpu_model(),
+        "cpu_cores": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cpu_caches": cpu_caches(),
+        "arch": platform.machine(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "lane_threads": lane_threads,
+        "load_average_at_start": load_average(),
+    }
+    if device.startswith("cuda") and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(torch.device(device))
+        info["gpu"] = {"name": props.name, "memory_gib": round(props.total_memory / 2**30, 1),
+                       "capability": f"{props.major}.{props.minor}", "cuda": torch.version.cuda}
+    return info
+
+
+def describe(info: dict) -> str:
+    """One line for the printed header."""
+    caches = " ".join(f"L{c['level']}{c['type'][0] if c['type'] != 'Unified' else ''} {c['size']}"
+                      for c in info["cpu_caches"])
+    line = (f"{info['cpu_model']}, {info['cpu_cores']} cores ({caches or 'caches unknown'}), torch {info['torch']}, "
+            f"{info['torch_threads']} threads")
+    if info.get("lane_threads"):
+        line += f" (lanes: {info['lane_threads']} each)"
+    if info.get("gpu"):
+        line += f", GPU {info['gpu']['name']}"
+    if info.get("load_average_at_start"):
+        line += f", load average {info['load_average_at_start'][0]:.1f}"
+    return line

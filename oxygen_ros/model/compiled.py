@@ -1,0 +1,159 @@
+"""The action chunk without per-op overhead: the denoising network compiled by ``torch.compile`` (inductor).
+
+An eager action chunk is about 12k small ops (10 Euler steps x 18 layers of norms, projections, RoPE and
+attention on 10 tokens), so on a CPU it is bound by per-op dispatch, not arithmetic. Compiling one
+evaluation of the network (:meth:`Pi05Model.action_velocity`, all layers) fuses the elementwise work between
+the matrix products into a few generated C++ loops and, with freezing, packs every weight for oneDNN once.
+The Euler loop around it stays eager (10 calls of the compiled step per chunk).
+
+* Compilation happens in :meth:`FusedActionSampler.warm_up` (start-up, with a progress line), never on the
+  control path. The prefix length is a dynamic dimension, so one compilation serves every prompt length.
+* Inductor's caches persist across runs (``TORCHINDUCTOR_CACHE_DIR``, by default under
+  ``~/.cache/oxygen_ros/inductor``): a second start-up reuses the generated kernels.
+* If compiling fails (no C++ compiler, an unsupported op), one warning is logged and the eager network is
+  used from then on. Results are the same up to floating-point rounding (tests bound the difference).
+* Frozen weights are constants of the compiled code: a sampler must be rebuilt if the weights change.
+
+``plain_sampler`` is the eager path: ``Pi05Model.sample_actions`` unchanged, bit for bit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from .vla import Pi05Model, VelocityFn
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("eager", "compiled", "cuda_graph", "auto")
+
+
+class ActionSampler(Protocol):
+    """prefix_k/v [L, T, Hkv, D] (read only), noise [H, A] → actions [H, A] float32 (normalized)."""
+
+    def __call__(self, prefix_k: Tensor, prefix_v: Tensor, noise: Tensor) -> Tensor: ...
+
+
+def default_cache_dir() -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "oxygen_ros" / "inductor"
+
+
+def use_persistent_cache() -> None:
+    """Point inductor's on-disk caches at a persistent folder unless the user chose one."""
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        path = default_cache_dir()
+        path.mkdir(parents=True, exist_ok=True)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
+
+
+def compiler_available() -> str | None:
+    """Why inductor cannot compile for the CPU here, or None when it can (it needs a C++ compiler)."""
+    import shutil
+
+    cxx = os.environ.get("CXX") or "g++"
+    return None if shutil.which(cxx) else f"no C++ compiler ({cxx}) on PATH"
+
+
+class FusedActionSampler:
+    """Samples action chunks through the compiled denoising network, with eager as the fallback."""
+
+    def __init__(self, model: Pi05Model, progress: Callable[[str], None] | None = None) -> None:
+        self.model = model
+        self.progress = progress or (lambda message: log.info("%s", message))
+        self.compile_s: float | None = None  # wall time of the compiling warm-up call
+        self.failure: str | None = None  # why the eager network is used instead
+        self._velocity: VelocityFn = model.action_velocity
+        self._compiled: VelocityFn | None = None
+        reason = compiler_available() if model.device.type == "cpu" else None
+        if reason:
+            self._fail(reason)
+            return
+        use_persistent_cache()
+        self._freeze = model.device.type == "cpu"
+        self._compiled = torch.compile(model.action_velocity, fullgraph=True, dynamic=False)
+
+    @property
+    def fused(self) -> bool:
+        return self.failure is None and self._compiled is not None
+
+    def _fail(self, reason: str) -> None:
+        self.failure = reason
+        self._compiled = None
+        self._velocity = self.model.action_velocity
+        log.warning("action chunk: compiling failed (%s); using the eager network (slower, same results)", reason)
+
+    def _call_compiled(self, x_t: Tensor, prefix_k: Tensor, prefix_v: Tensor, cos: Tensor, sin: Tensor,
+                       mods: Tensor, prefix_bias: Tensor | None = None) -> Tensor:
+        assert self._compiled is not None
+        # Per-layer views [T, Hkv, D] are contiguous whatever the KV pool's capacity (the [L, T, ...] view's
+        # layer stride is not), and their length is dynamic: one compilation for every pool and prompt length.
+        ks, vs = prefix_k.unbind(0), prefix_v.unbind(0)
+        for t in (*ks, *vs):
+            torch._dynamo.mark_dynamic(t, 0)
+        # The first step's x_t comes from outside inference mode; a clone makes every call's input alike.
+        # Inductor reads its freezing switch outside the per-compile options, hence the patch around the call.
+        with torch._inductor.config.patch(freezing=self._freeze):
+            return self._compiled(x_t.clone(), ks, vs, cos, sin, mods, prefix_bias)
+
+    def __call__(self, prefix_k: Tensor, prefix_v: Tensor, noise: Tensor) -> Tensor:
+        if self._compiled is None:
+            return self.model.sample_actions(prefix_k, prefix_v, noise)
+        try:
+            return self.model.sample_actions(prefix_k, prefix_v, noise, velocity=self._call_compiled)
+        except Exception as exc:  # noqa: BLE001 - any compiler failure means: fall back to eager, once
+            self._fail(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            return self.model.sample_actions(prefix_k, prefix_v, noise)
+
+    def warm_up(self, prefix_len: int = 0) -> float:
+        """Compile now (start-up) on a blank prefix; returns the seconds it took (0 when not compiling)."""
+        if self._compiled is None:
+            return 0.0
+        cfg, b = self.model.config, self.model.config.backbone
+        t = prefix_len or cfg.tokens_per_image + 8
+        shape = (b.depth, t + 5, b.num_kv_heads, b.head_dim)
+        k = torch.zeros(shape, dtype=self.model.dtype, device=self.model.device)
+        noise = torch.zeros(cfg.action_horizon, cfg.action_dim)
+        self.progress("action chunk: compiling the denoising network (once; cached for later runs) ...")
+        t0 = time.perf_counter()
+        self(k[:, :t], k[:, :t], noise)
+        self(k[:, 2:t], k[:, 2:t], noise)  # another length and offset: served by the same compiled code
+        self.compile_s = time.perf_counter() - t0
+        if self.fused:
+            self.progress(f"action chunk: compiled in {self.compile_s:.1f} s")
+        return self.compile_s
+
+
+def plain_sampler(model: Pi05Model) -> ActionSampler:
+    return model.sample_actions
+
+
+def make_action_sampler(model: Pi05Model, backend: str = "auto",
+                        progress: Callable[[str], None] | None = None) -> ActionSampler:
+    """``eager``: plain :meth:`Pi05Model.sample_actions`; ``compiled``: the fused network (compiled at once,
+    eager fallback with one warning); ``cuda_graph``: the chunk replayed from a CUDA graph (CUDA only);
+    ``auto``: ``cuda_graph`` on CUDA, ``compiled`` elsewhere."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown action backend {backend!r}; choose one of {BACKENDS}")
+    if backend == "auto":
+        backend = "cuda_graph" if model.device.type == "cuda" else "compiled"
+    if backend == "eager":
+        return plain_sampler(model)
+    if backend == "cuda_graph":
+        if model.device.type != "cuda":
+            raise ValueError("the cuda_graph action backend needs a model on a CUDA device")
+        from .cuda_graphs import GraphedActionSampler
+
+        (progress or log.info)("action chunk: recording its CUDA graph ...")
+        return GraphedActionSampler(model)
+    sampler = FusedActionSampler(model, progress)
+    sampler.warm_up()
+    return sampler

@@ -1,0 +1,126 @@
+"""The fused action chunk (torch.compile): the same fidelity checks as the eager network, one compilation for
+every prefix length and pool, and a clean eager fallback with one warning."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from oxygen_ros.model import compiled
+from oxygen_ros.model.compiled import FusedActionSampler, compiler_available, make_action_sampler
+from oxygen_ros.model.config import TINY
+from oxygen_ros.model.vla import Pi05Model
+
+needs_compiler = pytest.mark.skipif(compiler_available() is not None, reason="inductor needs a C++ compiler")
+
+
+def model_with_norms(prefix_attention: str = "causal_text", seed: int = 0) -> Pi05Model:
+    torch.manual_seed(seed)
+    model = Pi05Model(TINY.replace(prefix_attention=prefix_attention)).eval()
+    with torch.no_grad():  # non-trivial norm weights, as in test_model
+        for name, p in model.named_parameters():
+            if name.endswith("layernorm.weight") or name == "norm.weight":
+                p.normal_(0.0, 0.3)
+    return model
+
+
+@pytest.fixture(scope="module")
+def fused() -> dict[str, FusedActionSampler]:
+    """One compiled sampler per prefix-attention mode (compiling takes seconds: share it)."""
+    out = {}
+    for mode in ("causal_text", "bidirectional"):
+        sampler = FusedActionSampler(model_with_norms(mode))
+        sampler.warm_up()
+        out[mode] = sampler
+    return out
+
+
+def observation(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    s = TINY.vision.image_size
+    images = torch.rand(TINY.num_image_slots, 3, s, s, generator=g) * 2 - 1
+    mask = torch.tensor([True, False, True])
+    tokens = torch.randint(4, TINY.vocab_size, (9,), generator=g)
+    noise = torch.randn(TINY.action_horizon, TINY.action_dim, generator=g)
+    return images, mask, tokens, noise
+
+
+def prefill(model: Pi05Model, capacity: int, offset: int, seed: int = 0):  # noqa: ANN201
+    images, mask, tokens, noise = observation(seed)
+    b = TINY.backbone
+    k = torch.zeros(b.depth, capacity, b.num_kv_heads, b.head_dim)
+    v = torch.zeros_like(k)
+    out = model.prefill(images, mask, tokens, k[:, offset:], v[:, offset:])
+    sl = slice(offset, offset + out.length)
+    return k, v, sl, (images, mask, tokens, noise)
+
+
+@needs_compiler
+@pytest.mark.parametrize("prefix_attention", ["causal_text", "bidirectional"])
+def test_fused_chunk_equals_uncached_joint_forward(fused: dict[str, FusedActionSampler], prefix_attention: str) -> None:
+    sampler = fused[prefix_attention]
+    assert sampler.fused and sampler.compile_s and sampler.compile_s > 0
+    model = sampler.model
+    k, v, sl, (images, mask, tokens, noise) = prefill(model, 300, 0)
+    before = k.clone()
+    got = sampler(k[:, sl], v[:, sl], noise)
+    assert torch.equal(k, before), "the fused chunk must not modify the prefix cache"
+    reference = model.sample_actions_uncached(images, mask, tokens, noise)
+    torch.testing.assert_close(got, reference, rtol=1e-4, atol=1e-5)
+    assert sampler.fused, sampler.failure
+
+
+@needs_compiler
+def test_one_compilation_serves_every_prefix_length_and_pool(fused: dict[str, FusedActionSampler]) -> None:
+    sampler = fused["causal_text"]
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for capacity, offset, seed in ((400, 0, 1), (700, 123, 2), (260, 7, 3)):
+            k, v, sl, (*_, noise) = prefill(sampler.model, capacity, offset, seed)
+            got = sampler(k[:, sl], v[:, sl], noise)
+            torch.testing.assert_close(got, sampler.model.sample_actions(k[:, sl], v[:, sl], noise), rtol=1e-4, atol=1e-5)
+    assert sampler.fused, sampler.failure
+
+
+def test_eager_backend_is_the_plain_method_bit_for_bit() -> None:
+    model = model_with_norms()
+    k, v, sl, (*_, noise) = prefill(model, 300, 5)
+    sampler = make_action_sampler(model, "eager")
+    assert torch.equal(sampler(k[:, sl], v[:, sl], noise), model.sample_actions(k[:, sl], v[:, sl], noise))
+    with pytest.raises(ValueError, match="unknown action backend"):
+        make_action_sampler(model, "jit")
+
+
+def test_no_compiler_falls_back_to_eager_with_one_warning(monkeypatch: pytest.MonkeyPatch,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(compiled, "compiler_available", lambda: "no C++ compiler (g++) on PATH")
+    model = model_with_norms()
+    with caplog.at_level(logging.WARNING, logger="oxygen_ros.model.compiled"):
+        sampler = FusedActionSampler(model)
+        assert sampler.warm_up() == 0.0
+    k, v, sl, (*_, noise) = prefill(model, 300, 0)
+    assert not sampler.fused and "g++" in (sampler.failure or "")
+    assert torch.equal(sampler(k[:, sl], v[:, sl], noise), model.sample_actions(k[:, sl], v[:, sl], noise))
+    assert len([r for r in caplog.records if "eager" in r.getMessage()]) == 1
+
+
+def test_a_failing_compiled_call_falls_back_once(caplog: pytest.LogCaptureFixture) -> None:
+    model = model_with_norms()
+    sampler = FusedActionSampler(model)
+    calls = []
+
+    def broken(*args: object) -> torch.Tensor:
+        calls.append(1)
+        raise RuntimeError("inductor: C++ compile error\nlong details")
+
+    sampler._compiled = broken  # type: ignore[assignment]
+    k, v, sl, (*_, noise) = prefill(model, 300, 0)
+    with caplog.at_level(logging.WARNING, logger="oxygen_ros.model.compiled"):
+        first = sampler(k[:, sl], v[:, sl], noise)
+        second = sampler(k[:, sl], v[:, sl], noise)
+    expected = model.sample_actions(k[:, sl], v[:, sl], noise)
+    assert torch.equal(first, expected) and torch.equal(second, expected)
+    assert len(calls) == 1 and not sampler.fused and "C++ compile error" in (sampler.failure or "")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "long details" not in warnings[0]

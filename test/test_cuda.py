@@ -1,0 +1,67 @@
+"""Conformance on CUDA (skipped without a GPU; scripts/gpu_check.sh runs it): the model on the GPU gives the
+CPU's KV, actions and greedy text, also from CUDA graphs and through the engine with lanes (streams)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine_fixtures import decode_alone, make_frame, tiny_model
+from oxygen_ros.engine import Engine, TextTask, make_runner
+from oxygen_ros.engine.engine import EngineLanes
+from oxygen_ros.model.compiled import make_action_sampler
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+LANGUAGE = TextTask("language", continuation=(11, 12, 13), every_n_frames=1, max_tokens=6)
+
+
+def test_prefill_and_actions_match_the_cpu() -> None:
+    cpu = tiny_model(seed=12)
+    gpu = tiny_model(seed=12).cuda()
+    frame = make_frame(cpu.config, 0)
+    b = cpu.config.backbone
+    k = torch.zeros(b.depth, 200, b.num_kv_heads, b.head_dim)
+    v = torch.zeros_like(k)
+    kg, vg = k.cuda(), v.cuda()
+    n = cpu.prefill(frame.images, frame.image_mask, frame.prompt_tokens, k, v).length
+    gpu.prefill(frame.images.cuda(), frame.image_mask.cuda(), frame.prompt_tokens.cuda(), kg, vg)
+    torch.testing.assert_close(kg.cpu(), k, rtol=1e-3, atol=1e-4)
+    noise = torch.randn(cpu.config.action_horizon, cpu.config.action_dim)
+    ref = cpu.sample_actions(k[:, :n], v[:, :n], noise)
+    for backend in ("eager", "cuda_graph"):
+        got = make_action_sampler(gpu, backend)(kg[:, :n], vg[:, :n], noise)
+        torch.testing.assert_close(got.cpu(), ref, rtol=1e-3, atol=1e-4)
+
+
+def _streams(engine: Engine, frames) -> dict[int, list[int]]:  # noqa: ANN001
+    runner = make_runner("oxygen", engine, tokens_per_frame=1)
+    events = []
+    for frame in frames:
+        events += runner.frame(frame).events
+    events += engine.drain()
+    out: dict[int, list[int]] = {}
+    for e in events:
+        out.setdefault(e.frame_seq, []).extend(e.token_ids)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_engine_with_graphs_and_lanes_gives_the_greedy_text(dtype: torch.dtype) -> None:
+    model = tiny_model(seed=13).cuda().to(dtype)
+    frames = [make_frame(model.config, i) for i in range(6)]
+    frames = [type(f)(f.images.cuda(), f.image_mask.cuda(), f.prompt_tokens.cuda(), f.stamp_ns, f.frame_seq)
+              for f in frames]
+    plain = _streams(Engine(model, [LANGUAGE], kv_budget_bytes=8 << 20, ignore_eos=True), frames)
+    lanes = EngineLanes("cuda")
+    try:
+        engine = Engine(model, [LANGUAGE], kv_budget_bytes=8 << 20, ignore_eos=True, lanes=lanes, decode_graphs=True,
+                        action_sampler=make_action_sampler(model, "cuda_graph"))
+        graphed = _streams(engine, frames)
+    finally:
+        lanes.close()
+    assert graphed == plain and len(plain) == 6
+    if dtype == torch.float32:  # and both equal the CPU's greedy text
+        cpu = tiny_model(seed=13)
+        for f in frames:
+            cpu_frame = type(f)(f.images.cpu(), f.image_mask.cpu(), f.prompt_tokens.cpu(), f.stamp_ns, f.frame_seq)
+            assert plain[f.frame_seq] == decode_alone(cpu, cpu_frame, list(LANGUAGE.continuation), LANGUAGE.max_tokens)
