@@ -26,6 +26,17 @@ mkdir -p "$ROS_LOG_DIR"
 "$venv/bin/python" -m pip install -q --upgrade pip
 echo "[setup] installing pinned Python dependencies (torch==2.13.0 CPU build, transformers, ...)"
 "$venv/bin/python" -m pip install -q -r requirements.txt
+# torch.compile (the fused action chunk) builds C++ kernels: it needs g++ and this Python's headers.
+if ! command -v g++ >/dev/null || ! "$venv/bin/python" -c \
+    'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+  if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null; then
+    echo "[setup] installing g++ and Python headers for torch.compile"
+    apt-get install -y -qq g++ "python$("$venv/bin/python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')-dev" \
+      >/dev/null 2>&1 || echo "[setup] could not install g++/python3-dev: the action chunk will run eager (one warning)"
+  else
+    echo "[setup] note: no g++ or Python headers: the action chunk will run eager (apt install g++ python3-dev)"
+  fi
+fi
 echo "[setup] installing ROS 2 Kilted wheels"
 "$venv/bin/python" -m pip install -q -r requirements-ros.txt
 echo "[setup] building the oxygen_ros_msgs interface package into the venv"

@@ -49,6 +49,11 @@ def _run_worker(workload: Workload, args: list[str], what: str) -> object:
     return json.loads(proc.stdout)
 
 
+def _command(argv: list[str], out: Path) -> str:
+    """The command line as run, with the output folder by its name only (no machine paths in the record)."""
+    return "oxygen-bench " + " ".join(out.name if a == str(out) else a for a in argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="oxygen-bench",
@@ -140,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{machine['load_average_at_end']})")
     if args.out:
         meta = {"header": header, "machine": machine, "workload": asdict(workload), "total_s": total,
-                "command": "oxygen-bench " + " ".join(argv if argv is not None else sys.argv[1:])}
+                "command": _command(argv if argv is not None else sys.argv[1:], args.out)}
         for path in write_outputs(args.out, records, parts, meta, baseline):  # type: ignore[arg-type]
             print(f"wrote {path.name}")
     return 0

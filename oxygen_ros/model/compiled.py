@@ -56,11 +56,17 @@ def use_persistent_cache() -> None:
 
 
 def compiler_available() -> str | None:
-    """Why inductor cannot compile for the CPU here, or None when it can (it needs a C++ compiler)."""
+    """Why inductor cannot compile for the CPU here, or None when it can: it builds its kernels with a C++
+    compiler against Python's headers (Debian/Ubuntu: ``apt install g++ python3-dev``)."""
     import shutil
+    import sysconfig
 
     cxx = os.environ.get("CXX") or "g++"
-    return None if shutil.which(cxx) else f"no C++ compiler ({cxx}) on PATH"
+    if not shutil.which(cxx):
+        return f"no C++ compiler ({cxx}) on PATH"
+    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
+        return "no Python headers (Python.h) for this interpreter"
+    return None
 
 
 class FusedActionSampler:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +35,12 @@ from oxygen_ros.model.vla import Pi05Model
 from .config import RuntimeConfig
 
 log = logging.getLogger(__name__)
+
+
+def _progress(message: str) -> None:
+    """Start-up progress (compiling the action chunk): on stderr, which ROS 2 launch shows, and in the log."""
+    print(f"[oxygen_ros] {message}", file=sys.stderr, flush=True)
+    log.info("%s", message)
 
 
 class RuntimeLoadError(RuntimeError):
@@ -74,7 +81,7 @@ class PolicyRuntime:
         ]
         # Lanes: the action chunk and an overlapped decode step on threads of their own (oxygen mode).
         self.lanes = EngineLanes(model.device) if config.overlap_decode and config.engine_mode == "oxygen" else None
-        build = lambda: make_action_sampler(model, config.action_backend, lambda m: log.info("%s", m))  # noqa: E731
+        build = lambda: make_action_sampler(model, config.action_backend, _progress)  # noqa: E731
         sampler = self.lanes.action.run(build) if self.lanes else build()  # compiled where it will run
         self.engine = Engine(
             model,
