@@ -202,11 +202,14 @@ class FakeRuntime:
         self.image_size = 56
         self.action_dim = action_dim
         self.state_dim = state_dim
+        self.needs_state = False
+        self.image_slot_names = tuple(f"slot_{i}" for i in range(slots))
+        self.last_prompt_truncated = False
         self.frames: list[dict[str, Any]] = []
         self.fail_next = False
         self.closed = False
         self.decode_calls: list[tuple[float, float | None, int]] = []  # (when, deadline, ticks so far)
-        h = config.horizon
+        h = config.horizon or 10
         self._actions = (scale * np.outer(np.arange(1, h + 1), np.arange(1, action_dim + 1))).astype("float32")
         self._ticks = 0
 

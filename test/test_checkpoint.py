@@ -19,6 +19,7 @@ from oxygen_ros.model.checkpoint import (
     read_config,
     save_checkpoint,
 )
+from oxygen_ros.model.precision import cast_for_inference
 from oxygen_ros.model.config import PI05, TINY, ModelConfig
 from oxygen_ros.model.key_maps import (
     config_from_lerobot,
@@ -140,9 +141,12 @@ def test_round_trip_reproduces_outputs_exactly(tmp_path: Path, layout: str, conf
 
 @pytest.mark.parametrize("layout", REAL_LAYOUTS)
 def test_bfloat16_loading_matches_a_bfloat16_model(tmp_path: Path, tiny: Pi05Model, layout: str) -> None:
-    loaded = load_checkpoint(saved(tmp_path, tiny, layout), dtype=torch.bfloat16)
-    assert loaded.model.dtype == torch.bfloat16
-    assert_same(run(to_bfloat16(tiny)), run(loaded.model))
+    directory = saved(tmp_path, tiny, layout)
+    loaded = load_checkpoint(directory, dtype=torch.bfloat16)
+    assert loaded.model.dtype == torch.bfloat16 and loaded.islands == layout  # the framework's float32 islands
+    assert_same(run(cast_for_inference(copy.deepcopy(tiny), torch.bfloat16, layout)), run(loaded.model))  # type: ignore[arg-type]
+    plain = load_checkpoint(directory, dtype=torch.bfloat16, float32_islands="none")
+    assert_same(run(to_bfloat16(tiny)), run(plain.model))
 
 
 def test_bfloat16_checkpoint_declares_precision_and_loads_in_float32(tmp_path: Path, tiny: Pi05Model) -> None:

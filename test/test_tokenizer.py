@@ -151,14 +151,15 @@ def test_incremental_decoder_leading_space_option(tok: Tokenizer) -> None:
 
 
 def expected_bins(values: list[float]) -> list[int]:
-    """256 equal bins over [-1, 1], computed without np.digitize; out-of-range values go to the end bins."""
-    return [min(255, max(0, math.floor((v + 1.0) * 128.0))) for v in values]
+    """256 equal bins over [-1, 1], computed without np.digitize. As in openpi and LeRobot (no clipping), a value
+    below -1 is bin -1 and a value at or above 1 is the last bin."""
+    return [-1 if v < -1.0 else min(255, math.floor((v + 1.0) * 128.0)) for v in values]
 
 
 def test_discretize_state_matches_independent_binning() -> None:
     values = [-1.0, -0.3, -0.0039, 0.0, 0.5, 0.99, 1.0, -1.5, 2.0]
     got = discretize_state(np.array(values)).tolist()
-    assert got == expected_bins(values) == [0, 89, 127, 128, 192, 254, 255, 0, 255]
+    assert got == expected_bins(values) == [0, 89, 127, 128, 192, 254, 255, -1, 255]
     rng = np.random.default_rng(0)
     many = rng.uniform(-1, 1, size=200)
     assert discretize_state(many).tolist() == expected_bins(many.tolist())

@@ -113,7 +113,7 @@ class OxygenNode(Node):
 
     def _check_fits_model(self) -> None:
         rt = self.runtime
-        problems = P.model_fit_problems(self.settings, rt.num_image_slots, rt.action_dim, rt.state_dim)
+        problems = P.model_fit_problems(self.settings, rt.num_image_slots, rt.action_dim, rt.state_dim, rt.needs_state)
         if problems:
             raise P.ConfigError("parameters do not fit the model: " + "; ".join(problems))
 
@@ -172,8 +172,9 @@ class OxygenNode(Node):
 
     def _log_start(self) -> None:
         s, rt = self.settings, self.runtime
-        cameras = ", ".join(f"{i}:{t or '(masked)'}{' [compressed]' if t and s.camera_compressed[i] else ''}"
-                            for i, t in enumerate(s.camera_topics))
+        names = rt.image_slot_names
+        cameras = ", ".join(f"{i}:{names[i] if i < len(names) else i} <- {t or '(masked)'}"
+                            f"{' [compressed]' if t and s.camera_compressed[i] else ''}" for i, t in enumerate(s.camera_topics))
         tasks = ", ".join(f"{t.name}/every {t.every_n_frames}" for t in rt.config.tasks) or "none"
         model = rt.config.checkpoint or f"preset {rt.config.model_preset}"
         self.get_logger().info(
@@ -253,6 +254,10 @@ class OxygenNode(Node):
             self.store.count(f"skipped_invalid_{exc.kind}")
             self._skip(f"invalid_{exc.kind}", str(exc))
             return
+        if self.runtime.last_prompt_truncated:  # cut as openpi/LeRobot do; the chunk still goes out
+            self.store.count("prompts_truncated")
+            self._warn("prompt_truncated", f"prompt cut to {self.runtime.model_config.max_prompt_tokens} tokens "
+                                           f"(max_prompt_tokens); shorten the instruction")
         try:
             result = self.runtime.step(frame)
         except Exception as exc:  # a robot never sees a traceback: log, count, no chunk, keep running

@@ -34,8 +34,10 @@ from rclpy.validate_topic_name import validate_topic_name
 
 from oxygen_ros.engine.modes import MODES
 from oxygen_ros.model.config import PRESETS
-from oxygen_ros.model.prompt import PROMPT_FORMATS
+from oxygen_ros.model.key_maps import VARIANTS
 from oxygen_ros.runtime import RuntimeConfig
+from oxygen_ros.runtime.cameras import slot_names_of, slot_positions
+from oxygen_ros.runtime.config import NORM_MODE_CHOICES, PROMPT_FORMAT_CHOICES, RESIZE_MODE_CHOICES
 
 __all__ = [
     "ConfigError",
@@ -195,20 +197,43 @@ PARAMS: tuple[ParamSpec, ...] = (
               choices=tuple(sorted(PRESETS))),
     ParamSpec("checkpoint", "str", "", "Checkpoint folder (model.safetensors + config.json); '' = use model_preset."),
     ParamSpec("tokenizer", "str", "",
-              "PaliGemma SentencePiece .model file; '' = the built-in demo tokenizer (random-weight presets only)."),
+              "PaliGemma tokenizer: SentencePiece .model file or Hugging Face folder (tokenizer.json); '' = the "
+              "built-in demo tokenizer (random-weight presets only)."),
     ParamSpec("norm_stats", "str", "",
-              "norm_stats.json; '' = the checkpoint's assets if present, else no normalization."),
-    ParamSpec("norm_mode", "str", _runtime_default("norm_mode"), "How states/actions are normalized.",
-              choices=("quantile", "mean_std")),
+              "norm_stats.json (openpi format); '' = the checkpoint's own statistics (openpi assets/, LeRobot "
+              "processor files). A checkpoint without any refuses to start unless norm_mode is none."),
+    ParamSpec("norm_mode", "str", _runtime_default("norm_mode"),
+              "How states/actions are normalized: auto = as the checkpoint's framework (LeRobot: its norm map; openpi: "
+              "quantile; a preset: none), quantile, mean_std, or none (the model's normalized values go out as they are).",
+              choices=NORM_MODE_CHOICES),
     ParamSpec("device", "str", _runtime_default("device"), "Torch device: cpu, cuda or cuda:N.", check=_check_device),
     ParamSpec("dtype", "str", _runtime_default("dtype"), "Model weights dtype.", choices=("float32", "bfloat16")),
-    ParamSpec("horizon", "int", _runtime_default("horizon"), "Action chunk length H (actions per chunk).",
-              low=1, high=1000),
-    ParamSpec("denoise_steps", "int", _runtime_default("denoise_steps"), "Flow-matching Euler steps per chunk.",
-              low=1, high=1000),
+    ParamSpec("horizon", "int", _runtime_default("horizon"),
+              "Action chunk length H: 0 = the checkpoint's own (openpi action_horizon, LeRobot chunk_size); another "
+              "value than the checkpoint's is refused. Sets H of a preset.", low=0, high=1000),
+    ParamSpec("denoise_steps", "int", _runtime_default("denoise_steps"),
+              "Flow-matching Euler steps per chunk; 0 = the checkpoint's (LeRobot num_inference_steps, else 10).",
+              low=0, high=1000),
     ParamSpec("prompt_format", "str", _runtime_default("prompt_format"),
-              "Prompt layout; 'pi05_state' puts the digitized joint state in the prompt (needs joint_names).",
-              choices=tuple(PROMPT_FORMATS)),
+              "Prompt layout; auto = what the checkpoint records (LeRobot: pi05_state), else pi05_state with a "
+              "warning; 'pi05_state' puts the digitized joint state in the prompt (needs joint_names).",
+              choices=PROMPT_FORMAT_CHOICES),
+    ParamSpec("resize_mode", "str", _runtime_default("resize_mode"),
+              "Camera image resize: auto = as the checkpoint's framework; pil = openpi (PIL bilinear on uint8); "
+              "bilinear = LeRobot (torch bilinear on float, no antialiasing).", choices=RESIZE_MODE_CHOICES),
+    ParamSpec("delta_action_mask", "bool[]", [],
+              "Per action dimension: true = trained relative to the state (the state is added back after "
+              "unnormalizing; openpi ALOHA: 6 x true, false, 6 x true, false). Empty = the checkpoint's (LeRobot "
+              "use_relative_actions), else absolute."),
+    ParamSpec("paligemma_variant", "str", "",
+              "Backbone shape of an openpi training checkpoint without config.json ('' = from config.json).",
+              choices=("", *sorted(VARIANTS))),
+    ParamSpec("action_expert_variant", "str", "",
+              "Action expert shape of an openpi training checkpoint without config.json ('' = from config.json).",
+              choices=("", *sorted(VARIANTS))),
+    ParamSpec("action_dim", "int", 0,
+              "Model action width of an openpi training checkpoint without config.json (0 = from config.json).",
+              low=0, high=4096),
     ParamSpec("task_names", "str[]", _task_default("name"),
               "Text tasks decoded from every frame's shared prefix; each publishes on ~/text/<name>.",
               check=_check_task_names),
@@ -240,6 +265,10 @@ PARAMS: tuple[ParamSpec, ...] = (
               "One topic per image slot, in slot order (pi0.5: base, left wrist, right wrist); '' = no camera "
               "(masked slot). Slots past the end of the list are masked.",
               check=_check_topic("camera_topics", allow_empty=True)),
+    ParamSpec("camera_features", "str[]", [],
+              "Per camera_topics entry: the checkpoint image feature it feeds (LeRobot input_features name, e.g. "
+              "observation.images.top or top; openpi base_0_rgb, left_wrist_0_rgb, right_wrist_0_rgb). Empty = "
+              "camera_topics are in slot order. Slots no topic names are masked."),
     ParamSpec("camera_compressed", "bool[]", [],
               "Per slot: true = sensor_msgs/CompressedImage. Empty = a topic ending in '/compressed' is compressed."),
     ParamSpec("camera_optional", "bool[]", [],
@@ -406,7 +435,8 @@ def validate_values(values: Mapping[str, Any]) -> list[str]:
         return problems
     try:
         runtime_config(values).validate()
-    except ValueError as exc:
+        _camera_slots(values)  # feature names the checkpoint does not have
+    except ValueError as exc:  # CheckpointError is a ValueError too
         problems.append(str(exc))
     return problems
 
@@ -440,7 +470,20 @@ def _cross_checks(v: Mapping[str, Any]) -> list[str]:
             problems.append(f"joint_limits_lower > joint_limits_upper for joints {crossed}")
     if v["prompt_format"] == "pi05_state" and not joints:
         problems.append("prompt_format 'pi05_state' puts the joint state in the prompt: set joint_names")
+    features = list(v.get("camera_features") or [])
+    if features and len(features) != len(topics):
+        problems.append(f"camera_features must be empty or name one feature per camera_topics entry ({len(topics)}), "
+                        f"got {len(features)}")
     return problems
+
+
+def _camera_slots(v: Mapping[str, Any]) -> tuple[tuple[str, ...], list[int]] | None:
+    """(slot names, slot of each camera_topics entry) when cameras are given by feature name, else None."""
+    features = list(v.get("camera_features") or [])
+    if not features:
+        return None
+    names = slot_names_of(runtime_config(v))
+    return names, slot_positions(names, features)
 
 
 def runtime_config(values: Mapping[str, Any]) -> RuntimeConfig:
@@ -464,27 +507,44 @@ def settings_from_values(values: Mapping[str, Any]) -> tuple[NodeSettings, Runti
     return node_settings(values), runtime_config(values)
 
 
-def model_fit_problems(settings: NodeSettings, num_image_slots: int, action_dim: int, state_dim: int | None) -> list[str]:
-    """What in the ROS-side settings does not fit the loaded model (empty when all fits)."""
+def model_fit_problems(
+    settings: NodeSettings, num_image_slots: int, action_dim: int, state_dim: int | None, needs_state: bool = False
+) -> list[str]:
+    """What in the ROS-side settings does not fit the loaded model (empty when all fits).
+
+    ``needs_state``: the resolved prompt format or delta actions read the joint state.
+    """
     problems = []
     if len(settings.camera_topics) > num_image_slots:
         problems.append(f"camera_topics has {len(settings.camera_topics)} entries but the model has {num_image_slots} image slots")
     joints = len(settings.joint_names)
     if joints > action_dim:
         problems.append(f"joint_names has {joints} joints but the model's actions have {action_dim} dimensions")
-    if joints and state_dim is not None and joints != state_dim:
-        problems.append(f"joint_names has {joints} joints but the norm stats describe a state of {state_dim}")
+    if joints and state_dim is not None and joints > state_dim:  # narrower states use the statistics' leading entries
+        problems.append(f"joint_names has {joints} joints but the norm stats describe a state of only {state_dim}")
+    if needs_state and not joints:
+        problems.append("the checkpoint's prompt format (pi05_state) or its delta actions need the joint state: set joint_names")
     return problems
 
 
 def node_settings(v: Mapping[str, Any]) -> NodeSettings:
-    """The ROS-side settings of already validated values."""
+    """The ROS-side settings of already validated values (cameras given by feature name put in slot order)."""
     topics = tuple(v["camera_topics"])
     n = len(topics)
     compressed = tuple(v["camera_compressed"]) or tuple(t.endswith("/compressed") for t in topics)
     optional = tuple(v["camera_optional"]) or (False,) * n
     widths = tuple(v["camera_widths"]) or (0,) * n
     heights = tuple(v["camera_heights"]) or (0,) * n
+    slots = _camera_slots(v)
+    if slots is not None:
+        names, positions = slots
+        order = {slot: i for i, slot in enumerate(positions)}  # slot -> camera_topics index
+
+        def arrange(values: tuple[Any, ...], empty: Any) -> tuple[Any, ...]:
+            return tuple(values[order[s]] if s in order else empty for s in range(len(names)))
+
+        topics, compressed, optional = arrange(topics, ""), arrange(compressed, False), arrange(optional, True)
+        widths, heights = arrange(widths, 0), arrange(heights, 0)
     return NodeSettings(
         camera_topics=topics,
         camera_compressed=tuple(bool(c) for c in compressed),
