@@ -213,6 +213,9 @@ class FakeRuntime:
         self._actions = (scale * np.outer(np.arange(1, h + 1), np.arange(1, action_dim + 1))).astype("float32")
         self._ticks = 0
 
+    def describe(self) -> str:
+        return "model: fake runtime"
+
     @classmethod
     def loader(cls, **kwargs: Any) -> Callable[[Any], "FakeRuntime"]:
         made: list[FakeRuntime] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import pytest
 import torch
@@ -31,6 +31,8 @@ from oxygen_ros.model.key_maps import (
 from oxygen_ros.model.normalize import load_norm_stats
 from oxygen_ros.model.vla import Pi05Model
 
+from layouts import random_model
+
 LAYOUTS = ("openpi", "lerobot", "oxygen")
 REAL_LAYOUTS = ("openpi", "lerobot")
 PG = "paligemma_with_expert.paligemma."
@@ -52,16 +54,6 @@ CUSTOM = ModelConfig.from_dict(
         "prefix_attention": "bidirectional",
     }
 )
-
-
-def random_model(config: ModelConfig, seed: int = 0) -> Pi05Model:
-    """Every parameter random (norm weights too), so any mixed-up key changes the outputs."""
-    model = Pi05Model(config)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
-    return model.eval()
 
 
 def run(model: Pi05Model) -> tuple[torch.Tensor, ...]:
@@ -94,13 +86,7 @@ def assert_same(a: tuple[torch.Tensor, ...], b: tuple[torch.Tensor, ...]) -> Non
         assert x.dtype == y.dtype and torch.equal(x, y)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """The models here are tiny: a second intra-op thread only adds barrier waits on a shared 2-core box."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -102,6 +102,9 @@ def test_robot_config_documents_every_parameter_and_is_valid_once_filled_in():
     assert "FILL IN" in path.read_text()
     filled = {k: v for k, v in values.items() if k != "use_sim_time"} | {"checkpoint": "", "tokenizer": ""}
     assert P.validate_values(filled) == []
+    # The example is openpi's pi05_libero: trained with discrete_state_input=False (no state in the prompt).
+    assert "libero" in values["checkpoint"] and values["prompt_format"] == "pi05"
+    assert values["horizon"] == 0 and values["norm_mode"] == "auto"  # the checkpoint's chunk length and statistics
 
 
 def test_setup_installs_launch_config_and_the_console_script():

@@ -181,6 +181,7 @@ class OxygenNode(Node):
             f"ready: model {model} ({rt.config.engine_mode}, {rt.config.device}, {rt.config.dtype}); cameras {cameras}; "
             f"{len(s.joint_names)} joints; {s.control_rate_hz:g} Hz; text tasks {tasks}"
         )
+        self.get_logger().info(rt.describe())
         if s.publish_trajectory and not s.joint_names:
             self.get_logger().warning("publish_trajectory is true but joint_names is empty: no JointTrajectory will be published")
 

@@ -21,7 +21,7 @@ from oxygen_ros.engine import Engine, EngineStats, FrameInput, TextEvent, TextTa
 from oxygen_ros.engine.allocator import keep_freed_buffers
 from oxygen_ros.engine.modes import OxygenRunner
 from oxygen_ros.engine.policy import DeadlinePolicy, FixedTokensPolicy
-from oxygen_ros.model.checkpoint import CheckpointError, load_checkpoint, read_config
+from oxygen_ros.model.checkpoint import CheckpointError, is_training_checkpoint, load_checkpoint, read_config
 from oxygen_ros.model.checkpoint_info import CheckpointInfo, preset_info
 from oxygen_ros.model.config import ModelConfig, preset
 from oxygen_ros.model.key_maps import VARIANTS
@@ -148,7 +148,9 @@ class PolicyRuntime:
         try:
             # The config alone first (cheap): a mismatch is reported before gigabytes of weights are read.
             described, _, _ = read_config(config.checkpoint, declared=declared)
-            problems = _declared_mismatches(config, described)
+            # A training checkpoint's shape is the declared one; otherwise the parameters must agree with config.json.
+            training = is_training_checkpoint(Path(config.checkpoint).expanduser())
+            problems = [] if training else _declared_mismatches(config, described)
             if problems:
                 raise RuntimeLoadError(f"checkpoint {config.checkpoint}: " + "; ".join(problems))
             overrides = {"num_denoise_steps": config.denoise_steps} if config.denoise_steps else None
@@ -202,16 +204,21 @@ class PolicyRuntime:
                      normalizer.action_dim, model_config.action_dim)  # fmt: skip
         return normalizer
 
+    def describe(self) -> str:
+        """One line of what was chosen for this checkpoint (the node prints it at start-up)."""
+        info = self.checkpoint_info
+        steps = f" (n_action_steps {info.n_action_steps})" if info.n_action_steps else ""
+        delta = self.delta_action_mask
+        relative = f", delta actions on dims {[i for i, m in enumerate(delta) if m]}" if delta else ""
+        norm = self.normalizer.describe() if self.normalizer else "none"
+        return (
+            f"model: {info.layout} layout, chunk length {self.model_config.action_horizon}{steps}, prompt format "
+            f"{self.prompt_format}, resize {self.resize_mode}, statistics {norm}{relative}"
+        )
+
     def _log_choices(self) -> None:
         info, c = self.checkpoint_info, self.config
-        norm = self.normalizer.describe() if self.normalizer else "none"
-        log.info(
-            "model: %s layout, chunk length %d%s, prompt format %s, resize %s, statistics %s%s",
-            info.layout, self.model_config.action_horizon,
-            f" (n_action_steps {info.n_action_steps})" if info.n_action_steps else "",
-            self.prompt_format, self.resize_mode, norm,
-            f", delta actions on dims {[i for i, m in enumerate(self.delta_action_mask) if m]}" if self.delta_action_mask else "",
-        )  # fmt: skip
+        log.info("%s", self.describe())
         if c.checkpoint and c.prompt_format == "auto" and info.prompt_format is None:
             log.warning("prompt_format auto: using %s; %s. Set prompt_format explicitly.", self.prompt_format, info.prompt_format_note)
 
