@@ -444,3 +444,14 @@ def test_oxygen_replay_offline_with_each_folder(env: SimpleNamespace, tmp_path: 
     assert main(["offline", str(bag), "-o", str(tmp_path / "o2.mcap"), "--params-file", str(params_file), "-q"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no normalization statistics" in err[0] and "norm_mode: none" in err[0]
+
+
+def test_presets_have_no_statistics_unless_given(env: SimpleNamespace, tmp_path: Path) -> None:
+    cfg = RuntimeConfig(model_preset="tiny", tasks=[], engine_mode="action_only", kv_budget_mb=16.0, num_threads=1)
+    assert PolicyRuntime.load(cfg).normalizer is None  # auto: a random-weight preset sends normalized values
+    cfg.norm_mode = "quantile"
+    with pytest.raises(RuntimeLoadError, match="model preset 'tiny' has none: set norm_stats"):
+        PolicyRuntime.load(cfg)
+    cfg.norm_stats = str(write_assets(tmp_path, "robot", openpi_norm_stats(env.state, env.action)))
+    normalizer = PolicyRuntime.load(cfg).normalizer
+    assert normalizer is not None and normalizer.formula == "openpi" and normalizer.mode == "quantile"

@@ -51,8 +51,9 @@ def cast_for_inference(model: nn.Module, dtype: torch.dtype, style: IslandStyle,
 
     Call it on a float32 model: an island that went through bf16 already would not get its precision back.
     """
+    model.to(device=device)  # buffers too; parameters get their dtype one by one
     for name, param in model.named_parameters():
-        param.data = param.data.to(device=device, dtype=param_dtype(name, dtype, style))
+        param.data = param.data.to(dtype=param_dtype(name, dtype, style))
     return model
 
 

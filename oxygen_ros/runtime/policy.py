@@ -145,16 +145,16 @@ class PolicyRuntime:
             "paligemma_variant": config.paligemma_variant, "action_expert_variant": config.action_expert_variant,
             "action_dim": config.action_dim, "action_horizon": config.horizon,
         }  # fmt: skip
+        path = Path(config.checkpoint).expanduser()
         try:
             # The config alone first (cheap): a mismatch is reported before gigabytes of weights are read.
-            described, _, _ = read_config(config.checkpoint, declared=declared)
+            described, _, _ = read_config(path, declared=declared)
             # A training checkpoint's shape is the declared one; otherwise the parameters must agree with config.json.
-            training = is_training_checkpoint(Path(config.checkpoint).expanduser())
-            problems = [] if training else _declared_mismatches(config, described)
+            problems = [] if is_training_checkpoint(path) else _declared_mismatches(config, described)
             if problems:
                 raise RuntimeLoadError(f"checkpoint {config.checkpoint}: " + "; ".join(problems))
             overrides = {"num_denoise_steps": config.denoise_steps} if config.denoise_steps else None
-            loaded = load_checkpoint(config.checkpoint, dtype=dtype, device=device, config_overrides=overrides, declared=declared)
+            loaded = load_checkpoint(path, dtype=dtype, device=device, config_overrides=overrides, declared=declared)
         except (CheckpointError, OSError) as exc:
             raise RuntimeLoadError(f"checkpoint {config.checkpoint}: {exc}") from None
         assert loaded.info is not None
@@ -185,6 +185,11 @@ class PolicyRuntime:
                 raise RuntimeLoadError(
                     f"checkpoint {config.checkpoint} has several normalization statistics {list(info.norm_choices)}; "
                     "set norm_stats to the one your robot was trained with"
+                )
+            elif not config.checkpoint:
+                raise RuntimeLoadError(
+                    f"norm_mode {config.norm_mode} needs statistics, and model preset {config.model_preset!r} has none: "
+                    "set norm_stats: /path/to/norm_stats.json, or norm_mode: auto (none for a preset)"
                 )
             else:
                 raise RuntimeLoadError(
