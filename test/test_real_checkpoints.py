@@ -455,3 +455,17 @@ def test_presets_have_no_statistics_unless_given(env: SimpleNamespace, tmp_path:
     cfg.norm_stats = str(write_assets(tmp_path, "robot", openpi_norm_stats(env.state, env.action)))
     normalizer = PolicyRuntime.load(cfg).normalizer
     assert normalizer is not None and normalizer.formula == "openpi" and normalizer.mode == "quantile"
+
+
+def test_broken_processor_files_are_named(env: SimpleNamespace, tmp_path: Path) -> None:
+    folder = lerobot_folder(tmp_path / "pi05", env.model, env.state, env.action)
+    (folder / "policy_postprocessor_step_0_unnormalizer_processor.safetensors").unlink()
+    with pytest.raises(RuntimeLoadError, match=r"policy_postprocessor.json lists the unnormalizer_processor statistics "
+                                               r"policy_postprocessor_step_0_unnormalizer_processor.safetensors, which is missing"):  # fmt: skip
+        runtime(env, folder)
+    folder = lerobot_folder(tmp_path / "mem", env.model, env.state, env.action)
+    pre = json.loads((folder / "policy_preprocessor.json").read_text())
+    pre["steps"][4]["config"]["include_state_in_prompt"] = False  # LeRobot MEM
+    (folder / "policy_preprocessor.json").write_text(json.dumps(pre))
+    with pytest.raises(RuntimeLoadError, match="include_state_in_prompt=false"):
+        runtime(env, folder)
