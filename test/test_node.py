@@ -582,8 +582,9 @@ SCENARIOS = [
              instruction=True),
     Scenario("instruction over max_instruction_chars", lambda r: r.instruct("go " * 1000),
              "skipped_rejected_instruction", "at most 2000 are allowed", instruction=True),
+    # Cut to the token limit as openpi and LeRobot do (issue 8): counted and warned, chunks go on.
     Scenario("instruction over the prompt budget", lambda r: r.instruct("put the cup on the plate " * 20),
-             "skipped_invalid_instruction", "tokens but at most", instruction=True),
+             "prompts_truncated", "prompt cut to 96 tokens", blocks=False, instruction=True),
 ]
 
 
