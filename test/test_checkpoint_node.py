@@ -1,5 +1,6 @@
-"""Issue 8, done means: `oxygen_node` in its own process (DDS on loopback) started on a LeRobot pi05 folder as
-published, and refusing an openpi folder that has no statistics with one line."""
+"""Issue 8, done means: `oxygen_node` in its own process (DDS on loopback) started on a LeRobot pi05 folder (with
+the Hugging Face tokenizer folder LeRobot users have) and on an openpi converted folder (statistics next to it,
+as the converter leaves them), and refusing an openpi folder that has no statistics with one line."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from oxygen_ros_msgs.msg import ActionChunk
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
 
-from layouts import REF_TINY, lerobot_folder, openpi_converted, random_model, stats_arrays
+from layouts import REF_TINY, lerobot_folder, openpi_converted, openpi_norm_stats, random_model, stats_arrays
 from oxygen_ros.model.tokenizer import train_tokenizer
 from oxygen_ros.ros.convert import array_to_image, ns_to_stamp
 from ros_helpers import Collector, NodeProcess, make_test_node, spin_until, wait_for_match, write_params
@@ -32,14 +33,34 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     model = random_model(REF_TINY.replace(num_image_slots=2, action_horizon=12), seed=3)
     lerobot = lerobot_folder(root / "pi05", model, state, action, n_action_steps=6,
                              cameras=("observation.images.wrist", "observation.images.top"))  # fmt: skip
+    openpi = openpi_converted(root / "pi05_libero" / "pytorch", random_model(seed=4), openpi_norm_stats(state, action),
+                              "physical-intelligence/libero", in_parent=True)  # fmt: skip
     bare = openpi_converted(root / "openpi" / "converted", random_model(), None)
-    return SimpleNamespace(root=root, tok=tok, lerobot=lerobot, bare=bare)
+    from transformers import GemmaTokenizer
+
+    hf = GemmaTokenizer.from_pretrained(tok.parent, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>")
+    hf.save_pretrained(root / "paligemma-hf")
+    return SimpleNamespace(root=root, tok=tok, hf_tok=root / "paligemma-hf", lerobot=lerobot, openpi=openpi, bare=bare)
+
+
+CASES = {
+    "lerobot": (
+        {"camera_features": ["top", "wrist"]}, 12,
+        ["model: lerobot layout, chunk length 12 (n_action_steps 6), prompt format pi05_state, resize bilinear",
+         "0:observation.images.wrist <- /cam/wrist/image_raw, 1:observation.images.top <- /cam/top/image_raw"],
+    ),
+    "openpi": (
+        {"prompt_format": "pi05"}, 10,
+        ["model: openpi layout, chunk length 10, prompt format pi05, resize pil, statistics quantile (openpi formulas",
+         "0:base_0_rgb <- /cam/top/image_raw, 1:left_wrist_0_rgb <- /cam/wrist/image_raw, 2:right_wrist_0_rgb <- (masked)"],
+    ),
+}  # fmt: skip
 
 
 def params(folders: SimpleNamespace, checkpoint: Path, **extra: object) -> dict[str, object]:
     return {
         "checkpoint": str(checkpoint), "tokenizer": str(folders.tok),
-        "camera_topics": ["/cam/top/image_raw", "/cam/wrist/image_raw"], "camera_features": ["top", "wrist"],
+        "camera_topics": ["/cam/top/image_raw", "/cam/wrist/image_raw"],
         "joint_names": JOINTS, "task_names": ["language"], "task_prompts": [" Subtask:"], "task_every_n_frames": [1],
         "task_max_tokens": [3], "control_rate_hz": 4.0, "num_threads": 1, "kv_budget_mb": 16.0,
         "max_observation_age_s": 2.0, "diagnostics_period_s": 0.5, "publish_trajectory": False,
@@ -55,7 +76,10 @@ def ros_context():
     rclpy.shutdown()
 
 
-def test_node_runs_a_lerobot_folder(ros_context, folders: SimpleNamespace, tmp_path: Path) -> None:
+@pytest.mark.parametrize("layout", list(CASES))
+def test_node_runs_each_folder(ros_context, folders: SimpleNamespace, tmp_path: Path, layout: str) -> None:
+    extra, horizon, lines = CASES[layout]
+    checkpoint, tokenizer = (folders.lerobot, folders.hf_tok) if layout == "lerobot" else (folders.openpi, folders.tok)
     node, executor = make_test_node("ckpt_test_driver")
     top = node.create_publisher(Image, "/cam/top/image_raw", qos_profile_sensor_data)
     wrist = node.create_publisher(Image, "/cam/wrist/image_raw", qos_profile_sensor_data)
@@ -79,16 +103,17 @@ def test_node_runs_a_lerobot_folder(ros_context, folders: SimpleNamespace, tmp_p
                     return int({kv.key: kv.value for kv in status.values}.get("prompts_truncated", 0))
         return 0
 
-    proc = NodeProcess([write_params(tmp_path / "p.yaml", params(folders, folders.lerobot))]).start()
+    values = params(folders, checkpoint, tokenizer=str(tokenizer), **extra)
+    proc = NodeProcess([write_params(tmp_path / "p.yaml", values)]).start()
     try:
         assert wait_for_match(executor, [top, chunks.subscription], timeout=60), proc.output()
         ok = spin_until(executor, lambda: len(chunks) >= 2 and truncated() > 0 or not proc.running, 90, every=(0.1, publish))
         assert ok and proc.running, proc.output()[-4000:]
         out = proc.output()
-        assert "model: lerobot layout, chunk length 12 (n_action_steps 6), prompt format pi05_state, resize bilinear" in out
-        assert "0:observation.images.wrist <- /cam/wrist/image_raw, 1:observation.images.top <- /cam/top/image_raw" in out
+        for line in lines:
+            assert line in out, out[-4000:]
         chunk = chunks.messages[-1]
-        assert (chunk.horizon, chunk.action_dim) == (12, 7)
+        assert (chunk.horizon, chunk.action_dim) == (horizon, 7)
         assert 95 < np.mean(chunk.data) < 110  # unnormalized with the processor files' statistics
     finally:
         proc.close()
@@ -98,7 +123,6 @@ def test_node_runs_a_lerobot_folder(ros_context, folders: SimpleNamespace, tmp_p
 
 def test_node_refuses_a_checkpoint_without_statistics(folders: SimpleNamespace, tmp_path: Path) -> None:
     values = params(folders, folders.bare)
-    del values["camera_features"]  # openpi slots: base, left wrist, (right wrist masked)
     proc = NodeProcess([write_params(tmp_path / "p.yaml", values)]).start()
     try:
         code = proc.wait(120)

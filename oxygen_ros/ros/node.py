@@ -172,9 +172,10 @@ class OxygenNode(Node):
 
     def _log_start(self) -> None:
         s, rt = self.settings, self.runtime
-        names = rt.image_slot_names
+        names = rt.image_slot_names  # every slot of the model, with the checkpoint's name and its topic
+        topics = [*s.camera_topics, *[""] * (len(names) - len(s.camera_topics))]
         cameras = ", ".join(f"{i}:{names[i] if i < len(names) else i} <- {t or '(masked)'}"
-                            f"{' [compressed]' if t and s.camera_compressed[i] else ''}" for i, t in enumerate(s.camera_topics))
+                            f"{' [compressed]' if t and s.camera_compressed[i] else ''}" for i, t in enumerate(topics))
         tasks = ", ".join(f"{t.name}/every {t.every_n_frames}" for t in rt.config.tasks) or "none"
         model = rt.config.checkpoint or f"preset {rt.config.model_preset}"
         self.get_logger().info(
