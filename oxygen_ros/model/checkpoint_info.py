@@ -132,6 +132,8 @@ def read_checkpoint_info(directory: Path, layout: Layout, config_json: dict[str,
     if isinstance(recorded, bool):
         fmt: str | None = "pi05_state" if recorded else "pi05"
         note = f"config.json discrete_state_input={str(recorded).lower()}"
+    elif layout == "oxygen":
+        fmt, note = None, "an oxygen_ros checkpoint records no prompt format"
     else:
         fmt, note = None, (
             "openpi's config.json does not record discrete_state_input: pi05_base, pi05_droid and pi05_aloha put the "
