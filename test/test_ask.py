@@ -17,7 +17,8 @@ from oxygen_ros.ros.convert import stamp_to_ns
 from ros_helpers import spin_until
 from test_node import INSTRUCTION, TEST_OVERRIDES, Robot, robot_process
 
-OVERRIDES = {**TEST_OVERRIDES, "tokens_per_frame": 1, "ask_max_goals": 3, "ask_max_tokens": 100_000}
+# 8 MiB of KV hold ~32k tiny-model tokens: an answer of 100k tokens is refused by the KV budget.
+OVERRIDES = {**TEST_OVERRIDES, "tokens_per_frame": 1, "ask_max_goals": 3, "ask_max_tokens": 100_000, "kv_budget_mb": 8.0}
 
 
 @pytest.fixture(scope="module")

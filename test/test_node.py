@@ -180,7 +180,7 @@ def test_diagnostics_levels_follow_rate_inputs_and_silence():
     assert inputs.level == DiagnosticStatus.OK  # nothing grew since the last report
 
 
-@pytest.mark.parametrize("rate_hz, level", [(9.4, DiagnosticStatus.OK), (8.6, DiagnosticStatus.WARN)])
+@pytest.mark.parametrize("rate_hz, level", [(9.6, DiagnosticStatus.OK), (8.3, DiagnosticStatus.WARN)])  # 8.3: above the old 80 %
 def test_diagnostics_warn_below_90_percent_of_the_target_rate(rate_hz, level):
     d = Diagnostics(target_rate_hz=10.0, window_s=2.0)
     t, period = 0, int(NS / rate_hz)
@@ -502,7 +502,7 @@ def test_diagnostics_report_rate_latency_text_and_kv(live):
         assert 0 <= float(topics[f"input_age_s {topic} mean"]) <= float(topics[f"input_age_s {topic} max"]) < 2.0
     # Chunk latency: observation stamp to publish, at least the model's work, well under a second here.
     latency = float(topics["chunk_latency_s mean"])
-    assert float(control["last_tick_work_s"]) * 0.5 <= latency < 2.0
+    assert float(_values(statuses["oxygen_ros: control"])["last_tick_work_s"]) * 0.5 <= latency < 2.0
     control = _values(statuses["oxygen_ros: control"])
     assert control["target_rate_hz"] == "5.0"
     assert float(control["prefill_latency_s"]) > 0 and float(control["action_latency_s"]) > 0

@@ -170,17 +170,29 @@ def _run(options: Options) -> int:
     executor = MultiThreadedExecutor(num_threads=BASE_EXECUTOR_THREADS + ask_goals)
     executor.add_node(node)
     failures: list[BaseException] = []
+    halt = threading.Event()  # leaves the spin loop; set only once the node has finished
 
     def spin() -> None:
-        # Our own loop rather than executor.spin(): it leaves on `stop` by itself, so the executor is shut
+        # Our own loop rather than executor.spin(): it leaves on `halt` by itself, so the executor is shut
         # down only after it returned (shutting a MultiThreadedExecutor down under a running spin() can make
         # spin() raise "cannot schedule new futures after shutdown").
         try:
-            while not stop.is_set() and rclpy.ok():
+            while not halt.is_set() and rclpy.ok():
                 executor.spin_once(timeout_sec=0.1)
         except BaseException as exc:  # a callback raised: stop cleanly, report it below
             failures.append(exc)
             stop.set()
+
+    def close() -> None:
+        # The node finishes while the executor still spins, so the last text, the ~/ask results and the
+        # acknowledgements still flow; then the executor stops.
+        ended = node.finish()
+        node.get_logger().info(f"stopped ({ended} text requests cancelled)")
+        halt.set()
+        spinner.join(timeout=SHUTDOWN_TIMEOUT_S)
+        executor.shutdown(timeout_sec=SHUTDOWN_TIMEOUT_S)  # waits for the callbacks in flight
+        node.destroy_node()
+        rclpy.try_shutdown()
 
     spinner = threading.Thread(target=spin, name="oxygen-executor", daemon=True)
     spinner.start()
@@ -190,12 +202,12 @@ def _run(options: Options) -> int:
     finally:
         stop.set()
         node.get_logger().info("shutting down: cancelling live text requests")
-        spinner.join(timeout=SHUTDOWN_TIMEOUT_S)
-        executor.shutdown(timeout_sec=SHUTDOWN_TIMEOUT_S)  # waits for the callbacks in flight
-        ended = node.finish()
-        node.get_logger().info(f"stopped ({ended} text requests cancelled)")
-        node.destroy_node()
-        rclpy.try_shutdown()
+        # Shutdown work runs in its own thread: the main thread only waits in short, interruptible joins, so a
+        # repeated signal is handled when it arrives (its time decides whether it is the same request).
+        closer = threading.Thread(target=close, name="oxygen-shutdown", daemon=True)
+        closer.start()
+        while closer.is_alive():
+            closer.join(0.05)
     if failures:
         exc = failures[0]
         _die(f"stopped after an internal error: {type(exc).__name__}: {exc}")

@@ -73,6 +73,19 @@ class _TextPublishers:
     final: Publisher
 
 
+def _wait_acked(publishers: Sequence[Publisher], timeout_s: float, step_s: float = 0.01) -> bool:
+    """Wait up to `timeout_s` in all until every subscriber acknowledged what `publishers` sent.
+
+    In short slices: rclpy's wait holds the GIL for its whole timeout, which would keep the main thread from
+    handling a repeated Ctrl-C (main.py times signals as they are handled)."""
+    deadline = time.monotonic() + timeout_s
+    for pub in publishers:
+        while not pub.wait_for_all_acked(Duration(seconds=step_s)):
+            if time.monotonic() >= deadline:
+                return False
+    return True
+
+
 class OxygenNode(Node):
     """The policy node. Raises `params.ConfigError` for bad parameters and whatever `runtime_loader`
     raises (`RuntimeLoadError`) when the model cannot be loaded.
@@ -163,14 +176,14 @@ class OxygenNode(Node):
         self.active = False
         if self._ask is not None:
             self._ask.set_active(False)
-        if self._control_timer is not None:
-            self._control_timer.cancel()
-            self.destroy_timer(self._control_timer)
-            self._control_timer = None
         self._stopping.set()
         self._tick_wanted.set()
         if self._model_thread is not None:
             self._model_thread.join(timeout=30.0)  # the runtime is never used from two threads
+        if self._control_timer is not None:  # after the model thread: it reads the timer
+            self._control_timer.cancel()
+            self.destroy_timer(self._control_timer)
+            self._control_timer = None
         ended = 0
         try:
             events = self.runtime.close()
@@ -179,10 +192,7 @@ class OxygenNode(Node):
         else:
             self._publish_events(events)
             ended = sum(1 for ev in events if ev.final)
-            deadline = time.monotonic() + timeout_s
-            for pubs in self._text_pubs.values():
-                for pub in (pubs.delta, pubs.final):
-                    pub.wait_for_all_acked(Duration(seconds=max(0.0, deadline - time.monotonic())))
+            _wait_acked([p for pubs in self._text_pubs.values() for p in (pubs.delta, pubs.final)], timeout_s)
         if self._ask is not None:
             self._ask.close("the node stopped answering (deactivated)")
         for sub in self._input_subs:
@@ -470,7 +480,8 @@ class OxygenNode(Node):
 
     def _state_status(self) -> DiagnosticStatus:
         """The node's state: active, inactive, or unconfigured (with why the latest configure failed)."""
-        status = DiagnosticStatus(name="oxygen_ros: node", level=DiagnosticStatus.OK)
+        device = self.runtime.config.device if self.runtime is not None else ""
+        status = DiagnosticStatus(name="oxygen_ros: node", level=DiagnosticStatus.OK, hardware_id=device)
         if self.active:
             status.message = "active"
         elif self.runtime is not None:
