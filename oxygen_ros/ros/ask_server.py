@@ -7,6 +7,9 @@ frame it was answered from. Goals are refused (accepted, then aborted with finis
 reason in `message`, so any client sees why) when the node is not active, too many goals are open, the
 question is empty or too long, or the KV budget or its queue says no.
 
+The action server lives as long as the node (adding or removing an action server while the executor spins
+can stall rclpy's executor); a configured node attaches its runtime, cleanup detaches it.
+
 Threads: the action server's callbacks run in the executor (a reentrant group); the runtime belongs to the
 model thread. An execute callback checks the goal, hands it over through an inbox and blocks its executor
 thread until the model thread resolves it (`ask_max_goals` bounds these; the node's executor has that many
@@ -51,11 +54,11 @@ class _Goal:
 class AskServer:
     """The `~/ask` action server of a node whose model thread calls `pump`, `on_events` and `on_refused`."""
 
-    def __init__(self, node: Node, runtime: Any, *, max_tokens: int, max_goals: int, callback_group: CallbackGroup) -> None:
+    def __init__(self, node: Node, callback_group: CallbackGroup) -> None:
         self._node = node
-        self._runtime = runtime
-        self.max_tokens = max_tokens
-        self.max_goals = max_goals
+        self._runtime: Any = None
+        self.max_tokens = 0
+        self.max_goals = 0
         self._lock = threading.Lock()
         self._open: set[_Goal] = set()  # accepted and not resolved yet
         self._inbox: list[tuple[str, _Goal]] = []  # ("ask" | "cancel", goal) for the model thread
@@ -65,6 +68,16 @@ class AskServer:
             node, Ask, "~/ask", execute_callback=self._execute, goal_callback=lambda goal: GoalResponse.ACCEPT,
             cancel_callback=self._on_cancel, callback_group=callback_group,
         )
+
+    def attach(self, runtime: Any, *, max_tokens: int, max_goals: int) -> None:
+        """A configured node's runtime and limits (goals are refused until `set_active(True)`)."""
+        with self._lock:
+            self._runtime, self.max_tokens, self.max_goals = runtime, max_tokens, max_goals
+
+    def detach(self) -> None:
+        self.close("the node is cleaning up")
+        with self._lock:
+            self._runtime = None
 
     # ------------------------------------------------------------------------------- executor side
     def set_active(self, active: bool) -> None:
@@ -93,13 +106,16 @@ class AskServer:
         """Check a new goal and put it into the inbox; returns the refusal reason instead."""
         request = goal.handle.request
         question = request.question.strip()
+        runtime = self._runtime
+        if runtime is None or not self._active:
+            return "the node is not active"
         max_tokens = int(request.max_tokens) or self.max_tokens
         if not question:
             return "the question is empty"
         if max_tokens > self.max_tokens:
             return f"max_tokens {max_tokens} is above ask_max_tokens {self.max_tokens}"
         try:
-            tokens = self._runtime.question_tokens(question)
+            tokens = runtime.question_tokens(question)
         except ValueError as exc:  # InputError: too long for the model, not a string, ...
             return str(exc)
         with self._lock:
@@ -107,7 +123,7 @@ class AskServer:
                 return "the node is not active"
             if len(self._open) >= self.max_goals:
                 return f"busy: {len(self._open)} questions are open (ask_max_goals {self.max_goals})"
-            reason = self._runtime.question_refusal(len(tokens), max_tokens)  # counters only: safe here
+            reason = runtime.question_refusal(len(tokens), max_tokens)  # counters only: safe here
             if reason:
                 return reason
             goal.tokens, goal.max_tokens = tokens, max_tokens
@@ -197,5 +213,5 @@ class AskServer:
             return len(self._open)
 
     def destroy(self) -> None:
-        self.close("the node is cleaning up")
+        self.detach()
         self._server.destroy()

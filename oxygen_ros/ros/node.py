@@ -111,7 +111,6 @@ class OxygenNode(Node):
         self._model_thread: threading.Thread | None = None
         self._input_subs: list[Any] = []
         self._control_timer: Any = None
-        self._ask: AskServer | None = None
 
         self._timer_group = MutuallyExclusiveCallbackGroup()
         self._input_group = ReentrantCallbackGroup()
@@ -120,6 +119,7 @@ class OxygenNode(Node):
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.add_post_set_parameters_callback(self._after_set_parameters)
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", RELIABLE)
+        self._ask = AskServer(self, callback_group=self._ask_group)  # refuses questions until active
         self._diag_timer = self.create_timer(float(self._values["diagnostics_period_s"]), self._on_diagnostics,
                                              callback_group=self._diag_group)
         if not managed:
@@ -148,8 +148,7 @@ class OxygenNode(Node):
             self.topic_stats = TopicStatistics([*s.camera_topics, *(["joint_states"] if s.joint_names else [])])
             self._limits = JointLimits(s.joint_limits_lower, s.joint_limits_upper)
             self._create_publishers()
-            self._ask = AskServer(self, self.runtime, max_tokens=s.ask_max_tokens, max_goals=s.ask_max_goals,
-                                  callback_group=self._ask_group)
+            self._ask.attach(self.runtime, max_tokens=s.ask_max_tokens, max_goals=s.ask_max_goals)
         except BaseException:
             self.runtime = None
             raise
@@ -164,7 +163,6 @@ class OxygenNode(Node):
         self._create_timers()
         self._model_thread = threading.Thread(target=self._model_loop, name="oxygen-model", daemon=True)
         self._model_thread.start()
-        assert self._ask is not None
         self._ask.set_active(True)
         self.active = True
 
@@ -174,8 +172,7 @@ class OxygenNode(Node):
         if not self.active:
             return 0
         self.active = False
-        if self._ask is not None:
-            self._ask.set_active(False)
+        self._ask.set_active(False)
         self._stopping.set()
         self._tick_wanted.set()
         if self._model_thread is not None:
@@ -193,8 +190,7 @@ class OxygenNode(Node):
             self._publish_events(events)
             ended = sum(1 for ev in events if ev.final)
             _wait_acked([p for pubs in self._text_pubs.values() for p in (pubs.delta, pubs.final)], timeout_s)
-        if self._ask is not None:
-            self._ask.close("the node stopped answering (deactivated)")
+        self._ask.close("the node stopped answering (deactivated)")
         for sub in self._input_subs:
             self.destroy_subscription(sub)
         self._input_subs = []
@@ -203,9 +199,7 @@ class OxygenNode(Node):
     def _cleanup(self) -> None:
         """Release the model, the publishers and the ~/ask server (back to unconfigured)."""
         self._deactivate()
-        if self._ask is not None:
-            self._ask.destroy()
-            self._ask = None
+        self._ask.detach()
         for pub in [self._chunk_pub, self._trajectory_pub, *(p for t in self._text_pubs.values() for p in (t.delta, t.final))]:
             if pub is not None:
                 self._destroy_publisher(pub)
@@ -276,7 +270,6 @@ class OxygenNode(Node):
     def _model_loop(self) -> None:
         """The model thread: each control tick, the tick and then text decoding in the slack before the next.
         Questions from ~/ask (and their cancellations) are taken in here, the runtime's only thread."""
-        assert self._ask is not None
         while not self._stopping.is_set():
             woken = self._tick_wanted.wait(timeout=0.1)
             self._ask.pump()
@@ -381,7 +374,6 @@ class OxygenNode(Node):
             return
         finally:
             self.diag.engine(self.runtime.stats())
-        assert self._ask is not None
         self._ask.on_refused(getattr(result.tick, "refused", ()))
         try:
             self._publish_step(obs, result, start)
@@ -435,8 +427,7 @@ class OxygenNode(Node):
         """Publish TextDelta per event and, on a request's final event, its whole text as String."""
         if not events:
             return
-        if self._ask is not None:
-            self._ask.on_events(events)
+        self._ask.on_events(events)
         now = self._now_ns()
         tokens = 0
         for ev in events:
@@ -512,6 +503,10 @@ class OxygenNode(Node):
             self.diag.set_target_rate(new.control_rate_hz)
 
     # ------------------------------------------------------------------------------- shutdown
+    def destroy_node(self) -> None:
+        self._ask.destroy()
+        super().destroy_node()
+
     def finish(self, timeout_s: float = 1.0) -> int:
         """Cancel live text requests and publish their final deltas (call after the executor stopped).
 
