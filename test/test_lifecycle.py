@@ -53,12 +53,17 @@ class Lifecycle:
         return self._call(self.change, ChangeState.Request(transition=Transition(id=transition_id)), timeout).success
 
 
-def _node_status(robot: Robot, after: float) -> DiagnosticStatus | None:
+def _status(robot: Robot, after: float, name: str = "node") -> DiagnosticStatus | None:
+    """The latest `oxygen_ros: <name>` status received after `after` (time.monotonic)."""
     for msg in reversed(robot.diagnostics.since(after)):
         for status in msg.status:
-            if status.name == "oxygen_ros: node":
+            if status.name == f"oxygen_ros: {name}":
                 return status
     return None
+
+
+def _values(status: DiagnosticStatus) -> dict[str, str]:
+    return {kv.key: kv.value for kv in status.values}
 
 
 def test_managed_node_transitions_over_dds(ros_context, tmp_path):
@@ -79,8 +84,8 @@ def test_managed_node_transitions_over_dds(ros_context, tmp_path):
         t0 = time.monotonic()
         assert not lifecycle.set(Transition.TRANSITION_CONFIGURE)
         assert lifecycle.state() == "unconfigured" and proc.running
-        assert spin_until(executor, lambda: _node_status(robot, t0) is not None, timeout=10)
-        status = _node_status(robot, t0)
+        assert spin_until(executor, lambda: _status(robot, t0) is not None, timeout=10)
+        status = _status(robot, t0)
         assert status.level == DiagnosticStatus.ERROR and str(missing) in status.message, status.message
         assert "configure failed" in proc.output() and str(missing) in proc.output()
 
@@ -111,6 +116,11 @@ def test_managed_node_transitions_over_dds(ros_context, tmp_path):
             parts[-1].final for c in robot.deltas.values() for parts in _requests(c.messages).values()), timeout=10)
         reasons = [d.finish_reason for c in robot.deltas.values() for d in c.messages if d.final]
         assert "cancelled" in reasons
+        t1 = time.monotonic()
+        assert spin_until(executor, lambda: _status(robot, t1, "kv") is not None, timeout=10)
+        kv, text = _values(_status(robot, t1, "kv")), _values(_status(robot, t1, "text"))
+        assert int(kv["kv_used_bytes"]) == 0 and int(kv["live_prefixes"]) == 0 and int(text["live_requests"]) == 0
+        assert _status(robot, t1, "node").message.startswith("inactive")
         stopped = len(robot.chunks)
         robot.spin_until(lambda: False, timeout=1.0)
         assert len(robot.chunks) <= stopped + 1  # at most one chunk already in flight

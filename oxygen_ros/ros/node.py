@@ -189,6 +189,7 @@ class OxygenNode(Node):
         else:
             self._publish_events(events)
             ended = sum(1 for ev in events if ev.final)
+            self.diag.engine(self.runtime.stats())  # /diagnostics shows the KV freed while inactive
             _wait_acked([p for pubs in self._text_pubs.values() for p in (pubs.delta, pubs.final)], timeout_s)
         self._ask.close("the node stopped answering (deactivated)")
         for sub in self._input_subs:
