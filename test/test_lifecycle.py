@@ -134,6 +134,12 @@ def test_managed_node_transitions_over_dds(ros_context, tmp_path):
         assert lifecycle.state() == "unconfigured" and proc.running
         assert "model released" in proc.output()
 
+        # Configure once more, then the shutdown transition releases everything: finalized, still answering.
+        assert lifecycle.set(Transition.TRANSITION_CONFIGURE)
+        assert lifecycle.set(Transition.TRANSITION_INACTIVE_SHUTDOWN)
+        assert lifecycle.state() == "finalized" and proc.running
+        assert proc.output().count("model released") == 2
+
         code = proc.stop(timeout=30, executor=executor)
         out = proc.output()
         assert code == 0 and "Traceback" not in out, out[-3000:]

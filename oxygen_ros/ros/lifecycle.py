@@ -78,6 +78,7 @@ class OxygenLifecycleNode(LifecycleNodeMixin, OxygenNode):
             super().on_deactivate(state)
         if self.runtime is not None:
             self._cleanup()
+            self.get_logger().info("finalized: model released")
         return super().on_shutdown(state)
 
     def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:

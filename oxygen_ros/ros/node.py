@@ -145,6 +145,7 @@ class OxygenNode(Node):
                 max_instruction_chars=s.max_instruction_chars,
             )
             self.diag = Diagnostics(s.control_rate_hz)
+            self._diag_timer.timer_period_ns = int(round(s.diagnostics_period_s * 1e9))  # may have changed unconfigured
             self.topic_stats = TopicStatistics([*s.camera_topics, *(["joint_states"] if s.joint_names else [])])
             self._limits = JointLimits(s.joint_limits_lower, s.joint_limits_upper)
             self._create_publishers()
