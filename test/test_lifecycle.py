@@ -33,8 +33,8 @@ def ros_context():
 class Lifecycle:
     """A client of a managed node's lifecycle services."""
 
-    def __init__(self, node: Any, executor: Any, name: str) -> None:
-        self.executor = executor
+    def __init__(self, node: Any, executor: Any, name: str, proc: NodeProcess) -> None:
+        self.executor, self.proc = executor, proc
         self.change = node.create_client(ChangeState, f"{name}/change_state")
         self.get = node.create_client(GetState, f"{name}/get_state")
 
@@ -43,7 +43,7 @@ class Lifecycle:
 
     def _call(self, client: Any, request: Any, timeout: float) -> Any:
         future = client.call_async(request)
-        assert spin_until(self.executor, future.done, timeout), f"no answer from {client.srv_name}"
+        assert spin_until(self.executor, future.done, timeout), f"no answer from {client.srv_name}\n{self.proc.output()[-3000:]}"
         return future.result()
 
     def state(self) -> str:
@@ -69,12 +69,12 @@ def _values(status: DiagnosticStatus) -> dict[str, str]:
 def test_managed_node_transitions_over_dds(ros_context, tmp_path):
     node, executor = make_test_node("lifecycle_driver")
     robot = Robot(node, executor, namespace=NAMESPACE)
-    lifecycle = Lifecycle(node, executor, NODE)
     missing = tmp_path / "no_such_checkpoint"
     params = write_params(tmp_path / "managed.yaml", {
         **TEST_OVERRIDES, "checkpoint": str(missing), "tokens_per_frame": 1, "task_max_tokens": [40, 40],
     })
     proc = NodeProcess([REPO / "config" / "demo.yaml", params], ros_args=["-r", f"__ns:={NAMESPACE}"], flags=["--lifecycle"])
+    lifecycle = Lifecycle(node, executor, NODE, proc)
     try:
         proc.start()
         assert lifecycle.ready(timeout=60), proc.output()
@@ -152,10 +152,10 @@ def test_managed_node_transitions_over_dds(ros_context, tmp_path):
 def test_autostart_configures_and_activates(ros_context, tmp_path):
     node, executor = make_test_node("autostart_driver")
     robot = Robot(node, executor, namespace="/auto")
-    lifecycle = Lifecycle(node, executor, "/auto/oxygen_node")
     params = write_params(tmp_path / "auto.yaml", TEST_OVERRIDES)
     proc = NodeProcess([REPO / "config" / "demo.yaml", params], ros_args=["-r", "__ns:=/auto"],
                        flags=["--lifecycle", "--autostart"])
+    lifecycle = Lifecycle(node, executor, "/auto/oxygen_node", proc)
     try:
         proc.start()
         assert lifecycle.ready(timeout=60), proc.output()

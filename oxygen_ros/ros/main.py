@@ -129,6 +129,7 @@ def _run(options: Options) -> int:
     args = options.args
     # Imported here so `--help` and argument errors answer without loading rclpy and torch.
     import rclpy
+    from rclpy.exceptions import InvalidHandle
     from rclpy.executors import MultiThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
@@ -178,7 +179,12 @@ def _run(options: Options) -> int:
         # spin() raise "cannot schedule new futures after shutdown").
         try:
             while not halt.is_set() and rclpy.ok():
-                executor.spin_once(timeout_sec=0.1)
+                try:
+                    executor.spin_once(timeout_sec=0.1)
+                except InvalidHandle:
+                    # A lifecycle transition destroyed a subscription the executor was waiting on (rclpy
+                    # does not catch this case everywhere): the next wait set no longer holds it.
+                    continue
         except BaseException as exc:  # a callback raised: stop cleanly, report it below
             failures.append(exc)
             stop.set()

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Sequence
 
-from diagnostic_msgs.msg import DiagnosticArray
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from oxygen_ros_msgs.msg import ActionChunk, TextDelta
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.duration import Duration
@@ -40,8 +40,6 @@ from rcl_interfaces.msg import SetParametersResult
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
-
-from diagnostic_msgs.msg import DiagnosticStatus
 
 from oxygen_ros.runtime import InputError, PolicyRuntime, RuntimeConfig
 
@@ -101,6 +99,7 @@ class OxygenNode(Node):
         self._values = P.declare_parameters(self, fixed_read_only=not managed)
         self._warn_unknown_overrides()
         self.runtime: Any = None  # set while configured
+        self._ready = False  # configured: runtime, store, statistics and publishers all exist
         self.active = False
         self.state_problem = ""  # why the latest configure failed ('' = it did not)
         self._loggers: dict[tuple[str, str], Any] = {}
@@ -154,6 +153,7 @@ class OxygenNode(Node):
             self.runtime = None
             raise
         self.state_problem = ""
+        self._ready = True
         self._log_start()
 
     def _activate(self) -> None:
@@ -178,10 +178,8 @@ class OxygenNode(Node):
         self._tick_wanted.set()
         if self._model_thread is not None:
             self._model_thread.join(timeout=30.0)  # the runtime is never used from two threads
-        if self._control_timer is not None:  # after the model thread: it reads the timer
+        if self._control_timer is not None:  # cancelled, not destroyed: `activate` resets it
             self._control_timer.cancel()
-            self.destroy_timer(self._control_timer)
-            self._control_timer = None
         ended = 0
         try:
             events = self.runtime.close()
@@ -201,6 +199,7 @@ class OxygenNode(Node):
     def _cleanup(self) -> None:
         """Release the model, the publishers and the ~/ask server (back to unconfigured)."""
         self._deactivate()
+        self._ready = False
         self._ask.detach()
         for pub in [self._chunk_pub, self._trajectory_pub, *(p for t in self._text_pubs.values() for p in (t.delta, t.final))]:
             if pub is not None:
@@ -266,8 +265,13 @@ class OxygenNode(Node):
 
     def _create_timers(self) -> None:
         s = self.settings
-        # The control timer only wakes the model thread (node clock: follows /clock with use_sim_time).
-        self._control_timer = self.create_timer(s.control_period_s, self._tick_wanted.set, callback_group=self._timer_group)
+        # The control timer only wakes the model thread (node clock: follows /clock with use_sim_time). It lives
+        # as long as the node: destroying a timer while the executor waits on it can make the executor raise.
+        if self._control_timer is None:
+            self._control_timer = self.create_timer(s.control_period_s, self._tick_wanted.set, callback_group=self._timer_group)
+        else:
+            self._control_timer.timer_period_ns = int(round(s.control_period_s * 1e9))
+            self._control_timer.reset()
 
     def _model_loop(self) -> None:
         """The model thread: each control tick, the tick and then text decoding in the slack before the next.
@@ -462,10 +466,9 @@ class OxygenNode(Node):
 
     def _on_diagnostics(self) -> None:
         now = self.get_clock().now()
-        runtime = self.runtime
         statuses = []
-        if runtime is not None:
-            device = runtime.config.device
+        if self._ready:
+            device = self.runtime.config.device
             statuses = self.diag.report(now.nanoseconds, self.store.counters(), hardware_id=device)
             statuses.append(self.topic_stats.status(device))
         statuses.append(self._state_status())
@@ -473,11 +476,11 @@ class OxygenNode(Node):
 
     def _state_status(self) -> DiagnosticStatus:
         """The node's state: active, inactive, or unconfigured (with why the latest configure failed)."""
-        device = self.runtime.config.device if self.runtime is not None else ""
+        device = self.runtime.config.device if self._ready else ""
         status = DiagnosticStatus(name="oxygen_ros: node", level=DiagnosticStatus.OK, hardware_id=device)
         if self.active:
             status.message = "active"
-        elif self.runtime is not None:
+        elif self._ready:
             status.level, status.message = DiagnosticStatus.WARN, "inactive: configured, not ticking"
         elif self.state_problem:
             status.level, status.message = DiagnosticStatus.ERROR, f"unconfigured: {self.state_problem}"
@@ -493,14 +496,14 @@ class OxygenNode(Node):
         self._values = P.read_values(self)  # post-set: the new values are stored already
         for p in changes:
             self.get_logger().info(f"parameter {p.name} set to {p.value!r}")
-        if self.runtime is None:  # unconfigured (managed node): configure reads them
+        if not self._ready:  # unconfigured (managed node): configure reads them
             return
         old, new = self.settings, P.node_settings(self._values)
         self.settings = new
         self.store.max_instruction_chars = new.max_instruction_chars
         self._limits = JointLimits(new.joint_limits_lower, new.joint_limits_upper)
         if new.control_rate_hz != old.control_rate_hz:
-            if self._control_timer is not None:
+            if self.active:
                 self._control_timer.timer_period_ns = int(round(new.control_period_s * 1e9))
             self.diag.set_target_rate(new.control_rate_hz)
 
@@ -510,7 +513,8 @@ class OxygenNode(Node):
         super().destroy_node()
 
     def finish(self, timeout_s: float = 1.0) -> int:
-        """Cancel live text requests and publish their final deltas (call after the executor stopped).
+        """Stop the node for good: cancel live text requests and questions and publish their final deltas
+        (main.py calls it while the executor still spins, so they and the ~/ask results go out).
 
         Waits up to `timeout_s` in all for subscribers to acknowledge the text (the data itself is sent at
         once; an acknowledgement may wait for the writer's next heartbeat). Returns how many requests ended.
