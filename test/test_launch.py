@@ -184,3 +184,20 @@ def test_bad_command_lines_exit_2_and_help_exits_0(capsys):
     assert "--params-file needs a path" in capsys.readouterr().err
     assert main(["oxygen_node", "--help"]) == 0
     assert "--params-file PATH" in capsys.readouterr().out
+
+
+def test_a_repeated_signal_within_the_window_is_the_same_request(monkeypatch):
+    from oxygen_ros.ros import main as main_module
+
+    exits: list[int] = []
+    monkeypatch.setattr(main_module.os, "_exit", exits.append)
+    clock = iter([100.0, 100.05, 100.9, 101.5])
+    monkeypatch.setattr(main_module.time, "monotonic", lambda: next(clock))
+    request = main_module.ShutdownRequest(window_s=1.0)
+    request.on_signal(2, None)
+    assert request.event.is_set() and exits == []
+    request.on_signal(2, None)  # launch forwarding the terminal's Ctrl-C 50 ms later
+    request.on_signal(15, None)
+    assert exits == []
+    request.on_signal(2, None)  # 1.5 s later: the user insists
+    assert exits == [130]
