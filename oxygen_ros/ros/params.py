@@ -7,9 +7,11 @@ cannot hold a list of mappings. Parameters that fix the model or the wiring (top
 the node runs; the rest (rates, ages, output switches, limits, the default instruction) can be changed
 with `ros2 param set`, and a bad value is refused with a reason.
 
-Two ROS quirks handled here: a YAML integer (`5`) given to a double parameter is accepted (the
-double parameters use dynamic typing and are checked here instead), and an empty YAML list (`[]`)
-reaches the node as "not set", which is read as the empty list.
+Declared types are kept: an integer given for a double (a YAML `5`, `ros2 param set ... 3`) is converted
+to a double, anything else of the wrong type is refused. Every parameter has a value, an empty list
+included (rclpy cannot infer the type of `[]`, so those are declared typed and then given their empty
+value), so `ros2 param dump` and `ros2 param get` show all of them. An empty YAML list (`[]`) reaches the
+node as "not set" and keeps the (empty) default.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from rclpy.parameter import Parameter
 from rclpy.validate_topic_name import validate_topic_name
 
 from oxygen_ros.engine.modes import MODES
+from oxygen_ros.engine.questions import ASK_TASK
 from oxygen_ros.model.config import PRESETS
 from oxygen_ros.model.key_maps import VARIANTS
 from oxygen_ros.runtime import RuntimeConfig
@@ -52,7 +55,7 @@ __all__ = [
     "validate_values",
 ]
 
-DEFAULT_TRAJECTORY_TOPIC = "/joint_trajectory_controller/joint_trajectory"
+DEFAULT_TRAJECTORY_TOPIC = "joint_trajectory_controller/joint_trajectory"  # relative: follows the namespace
 _TASK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 
@@ -72,7 +75,7 @@ _ROS_TYPES = {
     "float[]": ParameterType.PARAMETER_DOUBLE_ARRAY,
     "bool[]": ParameterType.PARAMETER_BOOL_ARRAY,
 }
-_UNSET_TYPES = {
+_ARRAY_TYPES = {
     "str[]": Parameter.Type.STRING_ARRAY,
     "int[]": Parameter.Type.INTEGER_ARRAY,
     "float[]": Parameter.Type.DOUBLE_ARRAY,
@@ -95,7 +98,8 @@ class ParamSpec:
     low_open: bool = False  # low itself is not allowed (e.g. a rate must be > 0)
     check: Callable[[Any], str | None] | None = None  # extra per-value check returning a reason
 
-    def descriptor(self) -> ParameterDescriptor:
+    def descriptor(self, read_only: bool | None = None) -> ParameterDescriptor:
+        """The ROS descriptor; `read_only` overrides the spec's flag (a managed node enforces it itself)."""
         text = self.description
         if self.choices:
             text += f" One of: {', '.join(self.choices)}."
@@ -103,9 +107,7 @@ class ParamSpec:
             name=self.name,
             type=_ROS_TYPES[self.kind],
             description=text,
-            read_only=self.read_only,
-            # Doubles accept YAML integers too; the type is then checked by `ParamSpec.validate`.
-            dynamic_typing=self.kind in ("float", "float[]"),
+            read_only=self.read_only if read_only is None else read_only,
         )
         if self.low is not None and self.high is not None and self.kind == "int":
             desc.integer_range = [IntegerRange(from_value=int(self.low), to_value=int(self.high), step=1)]
@@ -179,6 +181,8 @@ def _check_task_names(value: Sequence[str]) -> str | None:
         return f"task_names {bad} must start with a letter and hold only letters, digits and '_' (they become topic names)"
     if len(set(value)) != len(value):
         return f"task_names must be unique, got {list(value)}"
+    if ASK_TASK in value:
+        return f"task_names: {ASK_TASK!r} is reserved for the ~/ask action's answers"
     return None
 
 
@@ -261,7 +265,7 @@ PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("num_threads", "int", _runtime_default("num_threads"),
               "Torch CPU threads for the model (0 = torch's default, one per core).", low=0, high=1024),
     # ----------------------------------------------------------------------------- inputs (topics)
-    ParamSpec("camera_topics", "str[]", ["/camera/image_raw"],
+    ParamSpec("camera_topics", "str[]", ["camera/image_raw"],
               "One topic per image slot, in slot order (pi0.5: base, left wrist, right wrist); '' = no camera "
               "(masked slot). Slots past the end of the list are masked.",
               check=_check_topic("camera_topics", allow_empty=True)),
@@ -277,7 +281,7 @@ PARAMS: tuple[ParamSpec, ...] = (
               low=0, high=100_000),
     ParamSpec("camera_heights", "int[]", [], "Per slot expected image height in pixels (0 = any); empty = any.",
               low=0, high=100_000),
-    ParamSpec("joint_state_topic", "str", "/joint_states", "sensor_msgs/JointState topic.",
+    ParamSpec("joint_state_topic", "str", "joint_states", "sensor_msgs/JointState topic.",
               check=_check_topic("joint_state_topic")),
     ParamSpec("joint_names", "str[]", [],
               "Joints read from joint_states (the state, in this order) and commanded by the trajectory (the first "
@@ -312,6 +316,11 @@ PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("joint_limits_upper", "float[]", [], "Upper position limit per joint_names entry; empty = no clamping.",
               read_only=False),
     ParamSpec("diagnostics_period_s", "float", 1.0, "Period of the /diagnostics report.", low=0.01, high=3600.0),
+    # --------------------------------------------------------------------------- ~/ask (Ask action)
+    ParamSpec("ask_max_tokens", "int", 48, "Longest answer of the ~/ask action (a goal's max_tokens 0 = this).",
+              low=1, high=100_000),
+    ParamSpec("ask_max_goals", "int", 4, "Most ~/ask goals open at once (more are refused); 0 = refuse every question.",
+              low=0, high=32),
 )
 
 SPECS: dict[str, ParamSpec] = {p.name: p for p in PARAMS}
@@ -341,6 +350,8 @@ class NodeSettings:
     joint_limits_lower: tuple[float, ...]
     joint_limits_upper: tuple[float, ...]
     diagnostics_period_s: float
+    ask_max_tokens: int = 48
+    ask_max_goals: int = 4
 
     @property
     def control_period_s(self) -> float:
@@ -353,27 +364,60 @@ class NodeSettings:
 
 
 # ------------------------------------------------------------------------------- node plumbing
-def declare_parameters(node: Node) -> dict[str, Any]:
+def declare_parameters(node: Node, fixed_read_only: bool = True) -> dict[str, Any]:
     """Declare every parameter on `node` (overrides from --params-file apply) and return the values.
 
+    `fixed_read_only=False` leaves the parameters that fix the model and the wiring writable for ROS (a
+    managed node accepts them while unconfigured and refuses them itself otherwise, see `check_changes`).
+    Also registers the pre-set callback that turns integers given for doubles into doubles.
     Raises ConfigError when ROS itself refuses an override (e.g. a string given to an int parameter).
     """
+    overrides = getattr(node, "_parameter_overrides", None)
+    if overrides is None:
+        overrides = {}
+    _doubles_from_integers(overrides)  # the pre-set callback does not run for declarations
+    node.add_pre_set_parameters_callback(lambda params: [_as_declared_type(p) for p in params])
     problems = []
     for spec in PARAMS:
-        default = spec.default
-        if spec.kind.endswith("[]") and not default:
-            # An empty list cannot be declared with its type: declare it unset (read back as []).
-            default = None if spec.kind == "float[]" else _UNSET_TYPES[spec.kind]
+        read_only = spec.read_only and fixed_read_only
+        empty_list = spec.kind.endswith("[]") and not spec.default
         try:
-            node.declare_parameter(spec.name, default, spec.descriptor())
+            if empty_list:
+                # rclpy infers BYTE_ARRAY from []: declare the typed parameter writable, give it its typed empty
+                # value unless overridden, then apply the final (possibly read-only) descriptor.
+                node.declare_parameter(spec.name, _ARRAY_TYPES[spec.kind], spec.descriptor(read_only=False))
+                if node.get_parameter_or(spec.name).type_ == Parameter.Type.NOT_SET:
+                    result = node.set_parameters([Parameter(spec.name, _ARRAY_TYPES[spec.kind], [])])[0]
+                    if not result.successful:
+                        raise ValueError(result.reason)
+                node.set_descriptor(spec.name, spec.descriptor(read_only))
+            else:
+                node.declare_parameter(spec.name, spec.default, spec.descriptor(read_only))
         except Exception as exc:  # rclpy: InvalidParameterTypeException / InvalidParameterValueException
             # Prefer this module's reason for the offending override over rclpy's longer message.
-            override = (getattr(node, "_parameter_overrides", None) or {}).get(spec.name)
+            override = overrides.get(spec.name)
             reason = spec.validate(override.value) if override is not None else None
             problems.append(reason or f"{spec.name}: {exc}")
     if problems:
         raise ConfigError("bad parameter: " + "; ".join(problems))
     return read_values(node)
+
+
+def _as_declared_type(param: Parameter) -> Parameter:
+    """An integer (or integer list) given for a double (list) parameter, as a double; anything else unchanged."""
+    spec = SPECS.get(param.name)
+    if spec is None or spec.kind not in ("float", "float[]"):
+        return param
+    if spec.kind == "float" and param.type_ == Parameter.Type.INTEGER:
+        return Parameter(param.name, Parameter.Type.DOUBLE, float(param.value))
+    if spec.kind == "float[]" and param.type_ == Parameter.Type.INTEGER_ARRAY:
+        return Parameter(param.name, Parameter.Type.DOUBLE_ARRAY, [float(x) for x in param.value])
+    return param
+
+
+def _doubles_from_integers(overrides: dict[str, Parameter]) -> None:
+    for name, param in list(overrides.items()):
+        overrides[name] = _as_declared_type(param)
 
 
 def read_values(node: Node) -> dict[str, Any]:
@@ -393,13 +437,18 @@ def _get(node: Node, spec: ParamSpec) -> Any:
     return value
 
 
-def check_changes(current: Mapping[str, Any], changes: Sequence[Parameter]) -> SetParametersResult:
-    """The on-set-parameters check: each new value alone, then the whole set for consistency."""
+def check_changes(current: Mapping[str, Any], changes: Sequence[Parameter], fixed_locked: bool = False) -> SetParametersResult:
+    """The on-set-parameters check: each new value alone, then the whole set for consistency.
+
+    `fixed_locked`: refuse the parameters that fix the model and the wiring (a configured managed node)."""
     merged = dict(current)
     for param in changes:
         spec = SPECS.get(param.name)
         if spec is None:
             continue  # parameters this module does not own (use_sim_time, qos overrides, ...)
+        if fixed_locked and spec.read_only:
+            return SetParametersResult(successful=False, reason=(
+                f"{param.name} is fixed while the node is configured: clean it up (lifecycle) to change it"))
         value = param.value
         if value is None and spec.kind.endswith("[]"):
             value = []
@@ -564,4 +613,6 @@ def node_settings(v: Mapping[str, Any]) -> NodeSettings:
         joint_limits_lower=tuple(float(x) for x in v["joint_limits_lower"]),
         joint_limits_upper=tuple(float(x) for x in v["joint_limits_upper"]),
         diagnostics_period_s=float(v["diagnostics_period_s"]),
+        ask_max_tokens=int(v["ask_max_tokens"]),
+        ask_max_goals=int(v["ask_max_goals"]),
     )

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from oxygen_ros.engine import Engine, EngineStats, FrameInput, TextEvent, TextTask, TickResult, make_runner
+from oxygen_ros.engine import Engine, EngineStats, FrameInput, QuestionRefused, TextEvent, TextTask, TickResult, make_runner
 from oxygen_ros.engine.allocator import keep_freed_buffers
 from oxygen_ros.engine.modes import OxygenRunner
 from oxygen_ros.engine.policy import DeadlinePolicy, FixedTokensPolicy
@@ -37,6 +37,8 @@ from .config import RuntimeConfig
 
 log = logging.getLogger(__name__)
 TRUNCATION_WARN_EVERY_S = 5.0
+
+QUESTION_TEMPLATE = " Question: {question} Answer:"  # appended after the frame's prefix, like a task prompt
 
 
 class RuntimeLoadError(RuntimeError):
@@ -376,7 +378,37 @@ class PolicyRuntime:
         return self._decoder.run(self.engine, deadline if deadline is not None else time.monotonic())
 
     def close(self) -> list[TextEvent]:
+        """Cancel every live request and pending question; returns their final events. The runtime stays usable."""
         return self.runner.close()
+
+    # -------------------------------------------------------------------------------------- questions
+    def question_tokens(self, question: str) -> list[int]:
+        """The continuation tokens of a question; raises InputError when it is empty or cannot fit a prompt."""
+        text = question.strip() if isinstance(question, str) else ""
+        if not text:
+            raise InputError("question", "the question is empty")
+        tokens = continuation_tokens(self.tokenizer, QUESTION_TEMPLATE.format(question=text))
+        if len(tokens) > self.model_config.max_prompt_tokens:
+            raise InputError("question", f"the question has {len(tokens)} tokens, at most "
+                                         f"{self.model_config.max_prompt_tokens} fit a prompt")
+        return tokens
+
+    def question_refusal(self, n_tokens: int, max_tokens: int) -> str | None:
+        """Why a question would be refused now (reads counters only: any thread), or None."""
+        if self.mode == "action_only":
+            return "engine_mode action_only decodes no text"
+        return self.engine.question_refusal(n_tokens, max_tokens)
+
+    def ask(self, tokens: Sequence[int], max_tokens: int) -> int:
+        """Queue a question for the next frame; returns its request id (raises QuestionRefused)."""
+        if self.mode == "action_only":
+            raise QuestionRefused("engine_mode action_only decodes no text")
+        return self.engine.ask(tokens, max_tokens)
+
+    def cancel(self, request_id: int) -> list[TextEvent]:
+        """Cancel one request or pending question; its final event (empty when it had already ended)."""
+        event = self.engine.cancel(request_id)
+        return [event] if event is not None else []
 
     def stats(self) -> EngineStats:
         return self.engine.stats()
