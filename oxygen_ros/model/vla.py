@@ -113,7 +113,8 @@ class Pi05Model(nn.Module):
         parts = []
         valid = images.index_select(0, image_mask.to(torch.bool).nonzero().flatten())
         if valid.shape[0]:
-            feats = self.multi_modal_projector(self.vision_tower(valid.to(self.device)))
+            feats = self.vision_tower(valid.to(self.device))
+            feats = self.multi_modal_projector(feats.to(self.multi_modal_projector.weight.dtype)).to(self.dtype)
             parts.append(feats.reshape(1, -1, feats.shape[-1]))
         n_img = sum(p.shape[1] for p in parts)
         parts.append(self.embed_text(tokens.to(self.device)).unsqueeze(0))
@@ -130,8 +131,16 @@ class Pi05Model(nn.Module):
         return mask
 
     def _time_condition(self, t: Tensor) -> Tensor:
-        emb = sinusoidal_time_embedding(t, self.config.expert.width).to(self.dtype)
+        emb = sinusoidal_time_embedding(t, self.config.expert.width).to(self.time_mlp_in.weight.dtype)
         return F.silu(self.time_mlp_out(F.silu(self.time_mlp_in(emb))))
+
+    def _embed_actions(self, x_t: Tensor) -> Tensor:
+        """Noisy actions → expert tokens (action_in_proj may be a float32 island; the expert runs in self.dtype)."""
+        return self.action_in_proj(x_t.to(self.action_in_proj.weight.dtype)).to(self.dtype)
+
+    def _velocity(self, x: Tensor) -> Tensor:
+        """Final-normed expert tokens → float32 flow velocity (action_out_proj may be a float32 island)."""
+        return self.action_out_proj(x.to(self.action_out_proj.weight.dtype)).float()
 
     def _action_modulations(self, times: Tensor) -> Tensor:
         """Every adaptive norm's modulation for every flow time, in one matrix product.
@@ -143,7 +152,7 @@ class Pi05Model(nn.Module):
         norms = [n for layer in self.layers for n in layer.action.adaptive_norms()] + [self.action_norm]
         weight = torch.cat([n.dense.weight for n in norms])
         bias = torch.cat([n.dense.bias for n in norms])
-        return F.linear(self._time_condition(times), weight, bias).unflatten(-1, (len(norms), -1))
+        return F.linear(self._time_condition(times).to(weight.dtype), weight, bias).unflatten(-1, (len(norms), -1))
 
     # ------------------------------------------------------------------------------------------------ prefill
     @torch.inference_mode()
@@ -188,7 +197,7 @@ class Pi05Model(nn.Module):
         prefix_k/v [L, T, Hkv, D] are read, never written; ``mods`` [2·L + 1, 3W] is one flow time's row of
         :meth:`_action_modulations`; ``prefix_bias`` [T] (0 or -inf) hides prefix slots (a padded prefix).
         """
-        x = self.action_in_proj(x_t.to(self.dtype))
+        x = self._embed_actions(x_t)
         for i, layer in enumerate(self.layers):
             m = (mods[2 * i : 2 * i + 1], mods[2 * i + 1 : 2 * i + 2])
             q, k, v, gate = layer.action.pre_attention(x, m)
@@ -196,7 +205,7 @@ class Pi05Model(nn.Module):
             attn = attend_two_parts(q, prefix_k[i].unsqueeze(0), prefix_v[i].unsqueeze(0), k, v, prefix_bias)
             x = layer.action.post_attention(x, attn, gate, m)
         x, _ = self.action_norm(x, mods[-1:])
-        return self.action_out_proj(x).float()
+        return self._velocity(x)
 
     @torch.inference_mode()
     def sample_actions(
@@ -282,7 +291,7 @@ class Pi05Model(nn.Module):
         xp, n_img = self.embed_prefix(images, image_mask, tokens)
         tp, h = xp.shape[1], x_t.shape[0]
         mods = self._action_modulations(torch.full((1,), time, device=self.device))[0]
-        xs = self.action_in_proj(x_t.to(self.device, self.dtype).unsqueeze(0))
+        xs = self._embed_actions(x_t.to(self.device).unsqueeze(0))
         total = tp + h
         mask = torch.zeros(total, total, dtype=torch.bool, device=self.device)
         mask[:tp, :tp] = self.prefix_mask(n_img, tp - n_img)
@@ -299,7 +308,7 @@ class Pi05Model(nn.Module):
             xp = layer.vlm.post_attention(xp, attn[:, :tp], None, NO_MODULATION)
             xs = layer.action.post_attention(xs, attn[:, tp:], gate, m)
         xs, _ = self.action_norm(xs, mods[-1:])
-        return self.action_out_proj(xs)[0].float()
+        return self._velocity(xs)[0]
 
     @torch.inference_mode()
     def sample_actions_uncached(
