@@ -26,6 +26,7 @@ setup(
             "oxygen_node = oxygen_ros.ros.main:main",
             "oxygen-bench = oxygen_ros.bench.cli:main",
             "oxygen-replay = oxygen_ros.replay.cli:main",
+            "oxygen-train-demo = oxygen_ros.train.cli:main",
         ],
     },
 )
