@@ -67,6 +67,16 @@ def expert_samples(seed: int, horizon: int = HORIZON, control_period_s: float = 
         yield from episode_samples(episode_seed, horizon, control_period_s, image_size)
 
 
+def expert_episode(spec: EpisodeSpec, horizon: int = HORIZON, control_period_s: float = CONTROL_PERIOD_S) -> SimEpisode:
+    """The clean expert in closed loop (chunks through the follower each tick) until success or time out."""
+    episode = SimEpisode(spec, control_period_s)
+    while not episode.done:
+        actions = expert_chunk(episode.scene, episode.target, horizon, control_period_s)
+        episode.deliver(trajectory_points(actions, JOINT_NAMES, control_period_s)[0])
+        episode.advance(episode.time_s + control_period_s)
+    return episode
+
+
 def episode_samples(episode_seed: int, horizon: int, control_period_s: float, image_size: int,
                     noisy: bool | None = None) -> Iterator[DemoSample]:
     """The samples of one episode (noise on unless ``noisy`` says otherwise or the seed draws a clean one)."""

@@ -14,7 +14,7 @@ import numpy as np
 
 from oxygen_ros.runtime.trajectory import TimedTrajectory
 
-from .expert import SUBSTEP_S, instruction_for, memory_text, subtask_text
+from .expert import SUBSTEP_S, instruction_for, memory_text, object_names, subtask_text
 from .follower import TrajectoryFollower, TrajectoryRejected
 from .render import render_views
 from .scene import JOINT_LOWER, JOINT_NAMES, JOINT_UPPER, MAX_VELOCITY, Scene
@@ -37,6 +37,14 @@ class EpisodeSpec:
         rng = np.random.default_rng([seed, 7])
         target = scene.objects[int(rng.integers(len(scene.objects)))].name
         return cls(seed, instruction_for(target, int(rng.integers(3))), target)
+
+    @classmethod
+    def with_instruction(cls, seed: int, instruction: str) -> "EpisodeSpec":
+        """The scene of ``seed`` with any instruction text; its target is the first object name it contains
+        (which may be absent from the scene: the episode then cannot succeed)."""
+        lowered = " ".join(instruction.lower().split())
+        found = [(lowered.find(n), n) for n in object_names() if n in lowered]
+        return cls(seed, instruction, min(found)[1] if found else None)
 
 
 @dataclass

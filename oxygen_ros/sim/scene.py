@@ -43,7 +43,7 @@ YAW_RANGE = (-0.62, 0.62)  # ... and bearing
 
 # -------------------------------------------------------------------------------------- grasping
 GRASP_TOLERANCE_M = 0.02  # fingertip centre to object axis, horizontally
-RELEASE_MARGIN_M = 0.004  # fingers this much wider than the object let it go
+RELEASE_MARGIN_M = 0.001  # fingers commanded wider than the object (plus this) let it go
 LIFT_SUCCESS_M = 0.06  # the held object's bottom this high above the table = success
 
 
