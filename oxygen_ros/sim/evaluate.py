@@ -124,6 +124,7 @@ def run_episode(
     if runtime.config.engine_mode == "oxygen" and runtime.config.tokens_per_frame < 1:
         raise ValueError("closed-loop evaluation needs tokens_per_frame >= 1 (deadline-driven decoding is not reproducible)")
     runtime.engine.generator.manual_seed(spec.seed)
+    runtime.engine.restart_schedule()  # every episode starts its text tasks on the same ticks
     episode = SimEpisode(spec, settings.control_period_s, settings.time_limit_s)
     labels: dict[int, dict[str, str | None]] = {}
     text = _TextCollector(labels)
