@@ -35,7 +35,13 @@ def _image(size: int, xy: np.ndarray, colour: tuple[int, int, int], half: int) -
 
 
 def fake_expert_samples(seed: int, horizon: int, control_period_s: float, image_size: int) -> Iterator[FakeSample]:
+    """Samples of seeded episodes, forever (as the simulator's ``expert_samples``)."""
     rng = np.random.default_rng(seed)
+    while True:
+        yield from _episode(rng, horizon, control_period_s, image_size)
+
+
+def _episode(rng: np.random.Generator, horizon: int, control_period_s: float, image_size: int) -> Iterator[FakeSample]:
     colour = list(COLOURS)[int(rng.integers(len(COLOURS)))]
     kind = KINDS[int(rng.integers(len(KINDS)))]
     xy = rng.uniform(0.1, 0.9, size=2)

@@ -164,7 +164,7 @@ DEMO = ModelConfig(
     backbone=ExpertConfig(width=128, depth=3, mlp_dim=256, num_heads=4, num_kv_heads=1, head_dim=32),
     expert=ExpertConfig(width=64, depth=3, mlp_dim=128, num_heads=4, num_kv_heads=1, head_dim=32),
     vocab_size=384,
-    action_dim=5,
+    action_dim=4,
     action_horizon=10,
     max_prompt_tokens=80,
 )

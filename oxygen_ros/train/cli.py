@@ -13,12 +13,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     d = TrainConfig()
     p = argparse.ArgumentParser(
         prog="oxygen-train-demo",
-        description="Train the demo pi0.5-structured policy on expert episodes generated on the fly (seeds >= 1000000).",
+        description="Train the demo pi0.5-structured policy on the simulator's scripted expert (episodes generated "
+        "on the fly, seeds >= 1000000) and write the checkpoint, tokenizer, norm stats and loss curves.",
     )
     p.add_argument("--steps", type=int, default=d.steps, help="optimizer steps (default %(default)s)")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of initialization, batches, noise and flow times")
     p.add_argument("--out", default="models/demo", help="checkpoint folder (default %(default)s)")
-    p.add_argument("--episodes", type=int, default=d.episodes, help="expert episodes to train on (default %(default)s)")
+    p.add_argument("--samples", type=int, default=d.samples, help="expert samples to generate (default %(default)s)")
+    p.add_argument("--data-workers", type=int, default=d.data_workers, help="processes generating them (default %(default)s)")
     p.add_argument("--batch-size", type=int, default=d.batch_size)
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--warmup-steps", type=int, default=d.warmup_steps)
@@ -33,17 +35,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.steps < 1 or args.episodes < 1 or args.batch_size < 1:
-        print("oxygen-train-demo: --steps, --episodes and --batch-size must be positive", file=sys.stderr)
+    if args.steps < 1 or args.samples < 1 or args.batch_size < 1:
+        print("oxygen-train-demo: --steps, --samples and --batch-size must be positive", file=sys.stderr)
         return 2
-    from oxygen_ros.sim.dataset import expert_samples
+    from oxygen_ros.sim.dataset import expert_samples, vocabulary
 
     cfg = TrainConfig(
-        steps=args.steps, seed=args.seed, episodes=args.episodes, batch_size=args.batch_size, lr=args.lr,
+        steps=args.steps, seed=args.seed, samples=args.samples, data_workers=args.data_workers, batch_size=args.batch_size, lr=args.lr,
         warmup_steps=min(args.warmup_steps, args.steps), flow_weight=args.flow_weight, text_weight=args.text_weight,
         preset=args.preset, dtype=args.dtype, threads=args.threads,
     )
-    result = train(cfg, expert_samples, args.out, progress=not args.no_progress)
+    result = train(cfg, expert_samples, args.out, vocabulary(), progress=not args.no_progress)
     steps = len(result.history["total"])
     print(json.dumps({
         "out": str(result.out_dir), "steps": steps, "samples": result.samples,

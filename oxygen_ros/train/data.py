@@ -7,6 +7,8 @@ the runtime's engine, so the model is trained on exactly the inputs it is served
 
 from __future__ import annotations
 
+import itertools
+import multiprocessing
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -29,16 +31,28 @@ class Sample(Protocol):
     texts: dict[str, str]
 
 
-# expert_samples(seed, horizon, control_period_s, image_size) → the samples of one episode
+# expert_samples(seed, horizon, control_period_s, image_size) → demonstration samples, deterministic for the seed
 SampleSource = Callable[[int, int, float, int], Iterator[Sample]]
 
 
-def collect_episodes(source: SampleSource, seeds: Iterable[int], horizon: int, period_s: float, image_size: int) -> list[Sample]:
-    """All samples of the episodes with these seeds, in seed order."""
-    out: list[Sample] = []
-    for seed in seeds:
-        out.extend(source(seed, horizon, period_s, image_size))
-    return out
+def _take(source: SampleSource, seed: int, count: int, horizon: int, period_s: float, image_size: int) -> list[Sample]:
+    return list(itertools.islice(source(seed, horizon, period_s, image_size), count))
+
+
+def collect_samples(
+    source: SampleSource, seed: int, count: int, horizon: int, period_s: float, image_size: int, workers: int = 1
+) -> list[Sample]:
+    """``count`` samples from ``workers`` expert streams (stream w has seed ``seed * 100 + w``), in stream order.
+
+    The result depends on (seed, count, workers) only, not on timing; workers are forked processes.
+    """
+    workers = max(1, min(workers, count))
+    jobs = [(source, seed * 100 + w, count // workers + (w < count % workers), horizon, period_s, image_size) for w in range(workers)]
+    if workers == 1:
+        return _take(*jobs[0])
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        parts = pool.starmap(_take, jobs)
+    return [sample for part in parts for sample in part]
 
 
 def quantile_stats(values: np.ndarray) -> NormStats:
@@ -56,10 +70,13 @@ def compute_norm_stats(samples: Sequence[Sample]) -> dict[str, NormStats]:
     return {STATE_KEY: quantile_stats(states), ACTIONS_KEY: quantile_stats(actions)}
 
 
-def text_corpus(samples: Sequence[Sample], normalizer: Normalizer, task_prompts: Sequence[str]) -> list[str]:
+def text_corpus(
+    samples: Sequence[Sample], normalizer: Normalizer, task_prompts: Sequence[str], vocabulary: Iterable[str] = ()
+) -> list[str]:
     """Every distinct string the model reads or writes: the prompts exactly as the runtime builds them
-    (instruction and discretized state), each task's continuation prompt and target text."""
-    strings = set(task_prompts)
+    (instruction and discretized state), each task's continuation prompt and target text, and the
+    simulator's ``vocabulary`` (texts the samples may not happen to contain)."""
+    strings = set(task_prompts) | {" " + v for v in vocabulary}
     for s in samples:
         strings.add(format_prompt(s.instruction, normalizer.normalize_state(s.state, clip=True), "pi05_state"))
         strings.update(" " + t for t in s.texts.values())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -30,10 +31,9 @@ from oxygen_ros.runtime.policy import PolicyRuntime
 
 from .batch import make_batch
 from .forward import compute_losses
-from .data import SampleSource, TrainingSet, build_training_set, collect_episodes, compute_norm_stats, text_corpus
+from .data import SampleSource, TrainingSet, build_training_set, collect_samples, compute_norm_stats, text_corpus
 from .plot import plot_losses
 
-TRAIN_SEED_BASE = 1_000_000  # episode seeds below this are held out for evaluation
 ASSET_ID = "demo"
 TOKENIZER_FILE = "tokenizer.model"
 SUMMARY_FILE = "train_summary.json"
@@ -43,7 +43,8 @@ SUMMARY_FILE = "train_summary.json"
 class TrainConfig:
     steps: int = 2000
     seed: int = 0
-    episodes: int = 200  # expert episodes, seeds TRAIN_SEED_BASE + i
+    samples: int = 6000  # expert samples, generated before training
+    data_workers: int = 2  # processes generating them (part of what makes the data: keep it fixed)
     batch_size: int = 32
     lr: float = 1e-3
     min_lr_ratio: float = 0.05  # cosine decay ends at lr * this
@@ -57,7 +58,7 @@ class TrainConfig:
     model: ModelConfig | None = None  # overrides the preset (tests)
     tasks: list[TaskConfig] = field(default_factory=default_tasks)
     prompt_format: str = "pi05_state"
-    threads: int = 0  # torch threads; 0 = torch's default
+    threads: int = 1  # torch threads (one: fastest on a shared machine, and results independent of the core count)
     dtype: str = "float32"  # stored weights: float32 or bfloat16
 
     def model_config(self) -> ModelConfig:
@@ -105,12 +106,16 @@ def runtime_config(cfg: TrainConfig, model_config: ModelConfig) -> RuntimeConfig
     )
 
 
-def prepare(cfg: TrainConfig, source: SampleSource, out_dir: Path) -> tuple[PolicyRuntime, TrainingSet, dict]:
+def prepare(
+    cfg: TrainConfig, source: SampleSource, out_dir: str | Path, vocabulary: Sequence[str] = ()
+) -> tuple[PolicyRuntime, TrainingSet, dict]:
     """Data, statistics, tokenizer and a runtime around a freshly initialized model."""
+    out_dir = Path(out_dir)
     model_config = cfg.model_config()
     image_size = model_config.vision.image_size
-    seeds = range(TRAIN_SEED_BASE, TRAIN_SEED_BASE + cfg.episodes)
-    samples = collect_episodes(source, seeds, model_config.action_horizon, cfg.control_period_s, image_size)
+    samples = collect_samples(
+        source, cfg.seed, cfg.samples, model_config.action_horizon, cfg.control_period_s, image_size, cfg.data_workers
+    )
     if not samples:
         raise ValueError("the expert produced no samples")
     # The action expert's width in and out is the robot's: joints + gripper of the data.
@@ -118,7 +123,7 @@ def prepare(cfg: TrainConfig, source: SampleSource, out_dir: Path) -> tuple[Poli
     stats = compute_norm_stats(samples)
     normalizer = Normalizer(stats, mode="quantile")
     # The data's own strings plus the built-in robotics corpus, so the vocabulary size is always reachable.
-    corpus = text_corpus(samples, normalizer, [t.prompt for t in cfg.tasks]) + robot_corpus()
+    corpus = text_corpus(samples, normalizer, [t.prompt for t in cfg.tasks], vocabulary) + robot_corpus()
     tokenizer = train_tokenizer(out_dir / TOKENIZER_FILE, model_config.vocab_size, corpus)
     torch.manual_seed(cfg.seed)
     model = Pi05Model(model_config)
@@ -128,13 +133,16 @@ def prepare(cfg: TrainConfig, source: SampleSource, out_dir: Path) -> tuple[Poli
     return runtime, data, stats
 
 
-def train(cfg: TrainConfig, source: SampleSource, out_dir: str | Path, progress: bool = True) -> TrainResult:
+def train(
+    cfg: TrainConfig, source: SampleSource, out_dir: str | Path, vocabulary: Sequence[str] = (), progress: bool = True
+) -> TrainResult:
+    """Train on ``samples`` from ``source`` (the expert); ``vocabulary``: extra strings for the tokenizer."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     t0 = time.perf_counter()
-    runtime, data, stats = prepare(cfg, source, out)
+    runtime, data, stats = prepare(cfg, source, out, vocabulary)
     data_seconds = time.perf_counter() - t0
     model = runtime.model
     model.train().requires_grad_(True)
