@@ -134,3 +134,28 @@ def test_instructions_name_their_object_or_none() -> None:
     assert EpisodeSpec.from_seed(3).target_name in [o.name for o in Scene.random(3).objects]
     with pytest.raises(ValueError, match="seeds"):
         eval_specs(999_999, 2)
+
+
+def test_episode_runner_sequences_episodes_on_a_live_clock() -> None:
+    from oxygen_ros.runtime.trajectory import trajectory_points
+    from oxygen_ros.sim.dataset import JOINT_NAMES
+    from oxygen_ros.sim.runner import EpisodeRunner
+
+    specs = eval_specs(20, 2)
+    runner = EpisodeRunner(specs, 0.2, time_limit_s=1.0, settle_s=0.5)
+    t0 = 100.0
+    assert [e.kind for e in runner.update(t0)] == ["start"]
+    q0 = runner.episode.state.copy()
+    hold = trajectory_points(np.tile(q0 + np.array([0.2, 0, 0, 0]), (5, 1)), JOINT_NAMES, 0.2)[0]
+    runner.receive(hold, t0 + 0.2)  # still settling: dropped
+    assert runner.dropped == 1
+    runner.update(t0 + 0.6)
+    # stamped with the node clock 0.1 s in the past: its first point (at +0.2 s) is 0.1 s ahead
+    stamped = trajectory_points(np.tile(q0 + np.array([0.2, 0, 0, 0]), (5, 1)), JOINT_NAMES, 0.2, start_time_ns=int((t0 + 0.5) * 1e9))[0]
+    runner.receive(stamped, t0 + 0.6)
+    assert runner.episode.follower.setpoint(0.2)[0] == pytest.approx(q0[0] + 0.2)
+    events = runner.update(t0 + 1.6)  # past the 1 s limit: the first ends, the second starts
+    assert [e.kind for e in events] == ["end", "start"] and not events[0].success
+    assert events[0].duration_s == pytest.approx(1.0) and events[1].spec == specs[1]
+    runner.update(t0 + 3.2)
+    assert runner.finished and runner.episode is None and len(runner.outcomes) == 2

@@ -1,6 +1,6 @@
 """`oxygen-sim`: closed-loop evaluation of a policy in the simulator, without DDS.
 
-    oxygen-sim eval --episodes 20 --seed 0                       # config/demo.yaml: the trained demo policy
+    oxygen-sim eval --episodes 20 --seed 0                       # config/demo_policy.yaml: the trained demo policy
     oxygen-sim eval --episodes 20 --seed 0 --engine-mode sequential
     oxygen-sim eval --params-file my.yaml --latency 0.1 --stamp-observation --json-out episodes.json
     oxygen-sim expert --episodes 50 --seed 0                     # the scripted expert's own success rate
@@ -31,7 +31,7 @@ from .episode import EpisodeSpec
 from .evaluate import EvalSettings, deterministic_config, eval_specs, evaluate, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_PARAMS = ROOT / "config" / "demo.yaml"
+DEFAULT_PARAMS = ROOT / "config" / "demo_policy.yaml"
 
 
 def _find_parameters(data: Any) -> dict[str, Any]:
