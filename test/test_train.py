@@ -138,8 +138,8 @@ def test_losses_are_finite_and_text_targets_cover_every_task(tmp_path: Path, tin
 
 
 def test_training_prompts_match_the_demo_config() -> None:
-    """The continuation prompts the policy is trained on are the ones config/demo.yaml serves."""
-    params = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())["/**"]["ros__parameters"]
+    """The continuation prompts and prompt format the policy is trained on are the ones the demo serves."""
+    params = yaml.safe_load((REPO / "config" / "demo_policy.yaml").read_text())["/**"]["ros__parameters"]
     trained = {t.name: t.prompt for t in default_tasks()}
     served = dict(zip(params["task_names"], params["task_prompts"]))
     assert served == trained
