@@ -64,6 +64,10 @@ class Listener:
 
     def _on_episode(self, msg) -> None:  # noqa: ANN001
         e = json.loads(msg.data)
+        known = next((ep for ep in self.episodes if ep.index == e["index"]), None)
+        if e["event"] == "start" and known is not None:  # restated once the policy was there: the real clock start
+            known.start_ns = e["clock_start_ns"]
+            return
         if e["event"] == "start":
             log = EpisodeLog(e["index"], e["instruction"], e["clock_start_ns"])
             self.episodes.append(log)

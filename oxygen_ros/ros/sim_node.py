@@ -87,6 +87,8 @@ class OxygenSimNode(Node):
         self.runner = EpisodeRunner(specs, 1.0 / v["control_rate_hz"], v["time_limit_s"], v["settle_s"])
         self.done = threading.Event()
         self._created_s = self._now_s()
+        self._commander_seen = False
+        self._held: EpisodeEvent | None = None  # the first episode's start while it waits for a commander
         self._lock = threading.Lock()  # the runner is used by the timers and the trajectory callback
 
         self._base_pub = self.create_publisher(Image, v["base_camera_topic"], qos_profile_sensor_data)
@@ -109,17 +111,21 @@ class OxygenSimNode(Node):
         return self.get_clock().now().nanoseconds / 1e9
 
     # ---------------------------------------------------------------------------------- episodes
-    def _waiting_for_commander(self) -> bool:
-        if self.runner.index >= 0 or not self.v["wait_for_commander_s"]:
+    def _waiting_for_commander(self, now_s: float) -> bool:
+        if self._commander_seen or now_s - self._created_s >= self.v["wait_for_commander_s"]:
             return False
-        waited = self._now_s() - self._created_s
-        return self.count_publishers(self.v["trajectory_topic"]) == 0 and waited < self.v["wait_for_commander_s"]
+        self._commander_seen = self.count_publishers(self.v["trajectory_topic"]) > 0
+        return not self._commander_seen
 
     def _on_physics(self) -> None:
-        if self._waiting_for_commander():
-            return
+        now = self._now_s()
+        waiting = self._waiting_for_commander(now)
         with self._lock:
-            events = self.runner.update(self._now_s())
+            events = self.runner.update(now)
+            if waiting:  # the first scene is shown; its clock waits for whoever sends trajectories
+                self._held = self.runner.hold(now) or self._held
+            elif self._held is not None:  # ... who is here now: the start again, with its real clock start
+                events, self._held = [*events, self._held], None
             episode = self.runner.episode
             state = episode.state.tolist() if episode is not None else None
             labels = (episode.subtask, episode.memory) if episode is not None else (None, None)

@@ -80,6 +80,8 @@ def episode_frames(log: EpisodeLog, width: int = 320) -> list[Image.Image]:
     side = width // 2
     out = []
     for stamp, view in log.frames:
+        if stamp < log.start_ns - NS:  # from before the policy was there (the first scene waits for it)
+            continue
         canvas = Image.new("RGB", (width + side, width + 84), (24, 26, 30))
         canvas.paste(Image.fromarray(view).resize((width, width), Image.Resampling.BILINEAR), (0, 0))
         wrist = _latest(log.wrist, stamp)
@@ -143,9 +145,10 @@ def write_summary(logs: list[EpisodeLog], path: Path) -> Path:
     ax.set_xlabel("episode time (s); dots: narration at its observation, coloured by the subtask it names (faded = wrong)")
     ax.set_xlim(left=-0.1)
     for log in logs:
-        if log.joints:
-            t = np.array([(s - log.start_ns) / NS for s, _ in log.joints])
-            q = np.stack([p for _, p in log.joints])
+        joints = [(s, p) for s, p in log.joints if s >= log.start_ns - NS]
+        if joints:
+            t = np.array([(s - log.start_ns) / NS for s, _ in joints])
+            q = np.stack([p for _, p in joints])
             for j, name in enumerate(("yaw", "shoulder", "elbow")):
                 bx.plot(t, q[:, j], lw=1, color=f"C{j}", label=name if log is logs[0] else None)
     bx.set_xlabel("episode time (s)")

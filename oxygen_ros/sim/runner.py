@@ -65,6 +65,14 @@ class EpisodeRunner:
         self._start_s = now_s + self.settle_s
         return [EpisodeEvent("start", self.index, spec, clock_start_s=self._start_s)]
 
+    def hold(self, now_s: float) -> EpisodeEvent | None:
+        """Keep the current episode settling (its clock not started) for another ``settle_s`` from now;
+        returns its start event with the new clock start."""
+        if self.episode is None or self.episode_time(now_s) >= 0:
+            return None
+        self._start_s = now_s + self.settle_s
+        return EpisodeEvent("start", self.index, self.episode.spec, clock_start_s=self._start_s)
+
     def update(self, now_s: float) -> list[EpisodeEvent]:
         """Run the physics up to ``now_s`` (node clock, seconds); returns episode starts and ends."""
         if self.index < 0:
