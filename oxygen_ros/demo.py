@@ -48,6 +48,7 @@ class Listener:
         self.chunks: list = []
         self._parts: dict[int, list[str]] = {}
         self._early_labels: list[dict] = []  # labels of an episode whose start has not arrived yet
+        self._began_ns: dict[int, int] = {}  # when each episode's scene appeared
         self._said = {"language": "", "memory": ""}
         node.create_subscription(String, "oxygen_sim_node/episode", self._on_episode, latched)
         node.create_subscription(String, "oxygen_sim_node/labels", self._on_labels, latched)
@@ -71,6 +72,7 @@ class Listener:
         if e["event"] == "start":
             log = EpisodeLog(e["index"], e["instruction"], e["clock_start_ns"])
             self.episodes.append(log)
+            self._began_ns[log.index] = e["stamp_ns"]
             log.labels += [(x["stamp_ns"], x["subtask"], x["memory"]) for x in self._early_labels if x["episode"] == log.index]
             self._said = {"language": "", "memory": ""}
             _say(f"\n=== episode {e['index'] + 1}: \"{e['instruction']}\" (scene seed {e['seed']})")
@@ -121,7 +123,7 @@ class Listener:
         if log is None or msg.finish_reason == "cancelled":
             return
         source = stamp_to_ns(msg.source_stamp)
-        if not log.labels or source < log.labels[0][0]:  # forked from the previous episode's scene
+        if source < self._began_ns.get(log.index, 0):  # forked from the previous episode's scene
             return
         log.texts.append(TextOut(msg.task, text, source, stamp_to_ns(msg.header.stamp)))
         if text != self._said[msg.task]:  # print what changes, not every repetition
