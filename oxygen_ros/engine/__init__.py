@@ -3,9 +3,9 @@
 from .engine import DEFAULT_KV_BUDGET_BYTES, Engine, EngineStats
 from .modes import MODES, FrameReport, ModeRunner, make_runner
 from .policy import DeadlinePolicy, FixedTokensPolicy, StepCostModel
-from .types import FrameInput, TextEvent, TextTask, TickResult
+from .types import ChunkGuide, FrameInput, TextEvent, TextTask, TickResult
 
 __all__ = [
-    "DEFAULT_KV_BUDGET_BYTES", "DeadlinePolicy", "Engine", "EngineStats", "FixedTokensPolicy", "FrameInput",
+    "ChunkGuide", "DEFAULT_KV_BUDGET_BYTES", "DeadlinePolicy", "Engine", "EngineStats", "FixedTokensPolicy", "FrameInput",
     "FrameReport", "MODES", "ModeRunner", "StepCostModel", "TextEvent", "TextTask", "TickResult", "make_runner",
 ]
