@@ -29,6 +29,7 @@ from oxygen_ros.model.prompt import PromptError, build_prompt_tokens, continuati
 from oxygen_ros.model.tokenizer import Tokenizer, TokenizerError, train_tokenizer
 from oxygen_ros.model.vla import Pi05Model
 
+from .chunking import RealTimeChunker, RtcSettings
 from .config import RuntimeConfig
 
 log = logging.getLogger(__name__)
@@ -60,8 +61,16 @@ def demo_tokenizer_path(vocab_size: int) -> Path:
 
 
 class PolicyRuntime:
-    def __init__(self, config: RuntimeConfig, model: Pi05Model, tokenizer: Tokenizer, normalizer: Normalizer | None) -> None:
+    def __init__(
+        self,
+        config: RuntimeConfig,
+        model: Pi05Model,
+        tokenizer: Tokenizer,
+        normalizer: Normalizer | None,
+        checkpoint_n_action_steps: int | None = None,
+    ) -> None:
         self.config = config
+        self.checkpoint_n_action_steps = checkpoint_n_action_steps
         self.model = model
         self.model_config: ModelConfig = model.config
         self.tokenizer = tokenizer
@@ -85,6 +94,9 @@ class PolicyRuntime:
         # between ticks, by this policy (k steps, or as many as fit before the caller's deadline).
         self.runner = make_runner(self.mode, self.engine, tokens_per_frame=k or 1)
         self._decoder = FixedTokensPolicy(k) if k else DeadlinePolicy()
+        self.chunker = RealTimeChunker(
+            RtcSettings(config.rtc, config.rtc_beta, config.rtc_prefix_attention_horizon, config.rtc_schedule)
+        )
 
     # ------------------------------------------------------------------------------------------ loading
     @classmethod
@@ -176,6 +188,13 @@ class PolicyRuntime:
         return self.normalizer.action_dim if self.normalizer else self.model_config.action_dim
 
     @property
+    def n_action_steps(self) -> int:
+        """Actions of a chunk executed before the next replaces it: the configured value, else the
+        checkpoint's, else the whole chunk (never more than the horizon)."""
+        horizon = self.model_config.action_horizon
+        return min(horizon, self.config.n_action_steps or self.checkpoint_n_action_steps or horizon)
+
+    @property
     def state_dim(self) -> int | None:
         return self.normalizer.state_dim if self.normalizer else None
 
@@ -213,8 +232,24 @@ class PolicyRuntime:
         return FrameInput(pixels.to(device), mask.to(device), torch.tensor(prompt.ids, dtype=torch.long, device=device), stamp_ns, seq)
 
     # ---------------------------------------------------------------------------------------- running
-    def step(self, frame: FrameInput) -> StepResult:
-        """The critical path of one control tick; in ``oxygen`` mode text advances in :meth:`decode`."""
+    def step(self, frame: FrameInput, step_period_s: float | None = None, latency_s: float = 0.0) -> StepResult:
+        """The critical path of one control tick; in ``oxygen`` mode text advances in :meth:`decode`.
+
+        With real-time chunking on, ``step_period_s`` (time between a chunk's actions) and ``latency_s`` (the
+        expected observation-to-execution delay, e.g. the last measured one) let the new chunk continue the
+        previous one; without a step period the chunk is sampled plainly.
+        """
+        if step_period_s:
+            frame.guide = self.chunker.guide(frame.stamp_ns, step_period_s, latency_s)
+        result = self._step(frame)
+        self.chunker.record(frame.stamp_ns, result.tick.actions)
+        return result
+
+    def forget_chunk(self) -> None:
+        """The last chunk was not executed (e.g. not published): the next one is not guided toward it."""
+        self.chunker.reset()
+
+    def _step(self, frame: FrameInput) -> StepResult:
         if isinstance(self.runner, OxygenRunner):
             tick, events = self.engine.tick(frame), []
         else:
