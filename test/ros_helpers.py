@@ -108,14 +108,15 @@ class Collector:
 
 
 class NodeProcess:
-    """`oxygen_node` in its own process, output captured in a file.
+    """`oxygen_node` (or another node's ``module``) in its own process, output captured in a file.
 
     Use as a context manager or call `start()` / `stop()`. `stop()` sends SIGINT and returns the exit
     code (the process is killed if it does not exit within the timeout, and the code is then negative).
     """
 
-    def __init__(self, params_files: Sequence[str | Path], ros_args: Sequence[str] = (), **env: str) -> None:
-        self.args = [sys.executable, "-m", "oxygen_ros.ros.main"]
+    def __init__(self, params_files: Sequence[str | Path], ros_args: Sequence[str] = (), module: str = "oxygen_ros.ros.main",
+                 **env: str) -> None:  # fmt: skip
+        self.args = [sys.executable, "-m", module]
         for path in params_files:
             self.args += ["--params-file", str(path)]
         if ros_args:

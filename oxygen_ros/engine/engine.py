@@ -115,6 +115,10 @@ class Engine:
         _sync(self.model.device)
         return actions, time.perf_counter() - t0
 
+    def restart_schedule(self) -> None:
+        """Count ticks from 0 again, so the next tick starts every task (a new episode in the simulator)."""
+        self._ticks = 0
+
     def due_tasks(self) -> list[TextTask]:
         """The tasks the schedule starts on the next tick."""
         return [t for t in self.tasks if t.due(self._ticks)]

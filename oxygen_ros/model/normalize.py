@@ -186,15 +186,23 @@ class Normalizer:
             raise NormStatsError(f"state has {got} but the norm stats describe {d} state dimensions")
         if not np.all(np.isfinite(x)):
             raise NormStatsError("state has non-finite values")
-        s = self.state_stats
-        if self.mode == "quantile":
-            assert s.q01 is not None and s.q99 is not None
-            out = 2.0 * (x - s.q01) / (s.q99 - s.q01 + EPS) - 1.0
-        else:
-            out = (x - s.mean) / (s.std + EPS)
+        out = self._normalize(x, self.state_stats)
         if clip:
             out = np.clip(out, -1.0, 1.0)
         return out.astype(np.float32)
+
+    def normalize_actions(self, actions: Any) -> np.ndarray:
+        """Robot actions [..., D] -> normalized float32 [..., D] (the inverse of `unnormalize_actions`; training)."""
+        a = np.asarray(actions, dtype=np.float64)
+        if a.ndim == 0 or a.shape[-1] != self.action_dim:
+            raise NormStatsError(f"actions have shape {a.shape} but the norm stats describe {self.action_dim} action dimensions")
+        return self._normalize(a, self.action_stats).astype(np.float32)
+
+    def _normalize(self, x: np.ndarray, s: NormStats) -> np.ndarray:
+        if self.mode == "quantile":
+            assert s.q01 is not None and s.q99 is not None
+            return 2.0 * (x - s.q01) / (s.q99 - s.q01 + EPS) - 1.0
+        return (x - s.mean) / (s.std + EPS)
 
     def unnormalize_actions(self, actions: Any) -> np.ndarray:
         """Model actions [..., A] with A >= the stats' dim -> robot actions float64 [..., dim] (padding cut off)."""

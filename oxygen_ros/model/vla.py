@@ -270,13 +270,7 @@ class Pi05Model(nn.Module):
         mask = mask.unsqueeze(0)
         cos, sin = self.rope.cos_sin(torch.arange(total, device=self.device).unsqueeze(0), self.dtype)
         for layer, mods in zip(self.layers, layer_mods[0]):
-            qp, kp, vp, _ = layer.vlm.pre_attention(xp, NO_MODULATION)
-            qs, ks, vs, gate = layer.action.pre_attention(xs, mods)
-            q = apply_rope(torch.cat((qp, qs), 1), cos, sin)
-            k = apply_rope(torch.cat((kp, ks), 1), cos, sin)
-            attn = attend(q, k, torch.cat((vp, vs), 1), mask)
-            xp = layer.vlm.post_attention(xp, attn[:, :tp], None, NO_MODULATION)
-            xs = layer.action.post_attention(xs, attn[:, tp:], gate, mods)
+            xp, xs = layer.joint(xp, xs, mods, cos, sin, mask)
         xs, _ = self.action_norm(xs, final_mods[0])
         return self.action_out_proj(xs)[0].float()
 

@@ -324,13 +324,14 @@ class NodeSettings:
 
 
 # ------------------------------------------------------------------------------- node plumbing
-def declare_parameters(node: Node) -> dict[str, Any]:
+def declare_parameters(node: Node, specs: Sequence[ParamSpec] = PARAMS) -> dict[str, Any]:
     """Declare every parameter on `node` (overrides from --params-file apply) and return the values.
 
-    Raises ConfigError when ROS itself refuses an override (e.g. a string given to an int parameter).
+    Raises ConfigError when ROS itself refuses an override (e.g. a string given to an int parameter), or
+    a value breaks its spec.
     """
     problems = []
-    for spec in PARAMS:
+    for spec in specs:
         default = spec.default
         if spec.kind.endswith("[]") and not default:
             # An empty list cannot be declared with its type: declare it unset (read back as []).
@@ -344,12 +345,12 @@ def declare_parameters(node: Node) -> dict[str, Any]:
             problems.append(reason or f"{spec.name}: {exc}")
     if problems:
         raise ConfigError("bad parameter: " + "; ".join(problems))
-    return read_values(node)
+    return read_values(node, specs)
 
 
-def read_values(node: Node) -> dict[str, Any]:
+def read_values(node: Node, specs: Sequence[ParamSpec] = PARAMS) -> dict[str, Any]:
     """Current values of the declared parameters (an unset list reads as [])."""
-    return {spec.name: _get(node, spec) for spec in PARAMS}
+    return {spec.name: _get(node, spec) for spec in specs}
 
 
 def _get(node: Node, spec: ParamSpec) -> Any:
