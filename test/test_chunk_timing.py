@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from oxygen_ros.runtime import PolicyRuntime, RuntimeConfig
-from oxygen_ros.runtime.alignment import ChunkTooLate, align_chunk, delay_steps
+from oxygen_ros.runtime.alignment import ChunkTooLate, align_chunk, aligned_trajectory, delay_steps, replan_due
 from oxygen_ros.runtime.chunking import RealTimeChunker, RtcSettings
+from oxygen_ros.runtime.trajectory import JointLimits, trajectory_points
+from oxygen_ros.sim.follower import TrajectoryFollower, TrajectoryRejected
 
 STEP = 0.1
 MS = 1_000_000
@@ -112,3 +114,66 @@ def test_n_action_steps_resolution_and_validation() -> None:
                 dict(rtc_prefix_attention_horizon=-2)):
         with pytest.raises(ValueError):
             RuntimeConfig(**bad).validate()
+
+
+# ------------------------------------------------------------------ against the simulator's follower
+JOINTS = ("a", "b")
+OBS_S, LATENCY = 1.0, 0.25
+
+
+def _chunk(horizon: int = 10) -> np.ndarray:
+    """Action i commands joint a to i + 1 and joint b to -(i + 1); a third, uncommanded dimension."""
+    i = np.arange(1, horizon + 1, dtype=np.float64)
+    return np.stack([i, -i, np.zeros_like(i)], axis=1)
+
+
+def _follow(mode: str, n_action_steps: int | None = None, latency: float = LATENCY) -> TrajectoryFollower:
+    trajectory, _ = aligned_trajectory(_chunk(), JOINTS, STEP, JointLimits(), int(OBS_S * 1e9), latency, n_action_steps, mode)
+    follower = TrajectoryFollower(JOINTS, np.zeros(2), np.full(2, 100.0), now_s=OBS_S)
+    follower.command(trajectory, now_s=OBS_S + latency)  # received when the chunk is sent
+    return follower
+
+
+def test_follower_executes_each_action_at_its_own_time_with_stamp_and_drop() -> None:
+    for mode in ("stamp", "drop"):
+        follower = _follow(mode)
+        for i in range(3, 10):  # actions 0..2 were due before the chunk arrived
+            np.testing.assert_allclose(follower.setpoint(OBS_S + (i + 1) * STEP), [i + 1, -(i + 1)], err_msg=mode)
+        # Just after arrival the setpoint heads from where the arm is to action 3, not back to actions 0..2.
+        mid = follower.setpoint(OBS_S + LATENCY + 0.01)
+        assert 0 < mid[0] < 4
+    stamp, drop = _follow("stamp"), _follow("drop")
+    for t in np.linspace(OBS_S + 0.4, OBS_S + 1.2, 9):
+        np.testing.assert_allclose(stamp.setpoint(t), drop.setpoint(t))
+
+
+def test_follower_replays_past_actions_without_alignment() -> None:
+    follower = _follow("none")
+    for i in range(10):  # every action one latency late: the arm replays the past
+        np.testing.assert_allclose(follower.setpoint(OBS_S + LATENCY + (i + 1) * STEP), [i + 1, -(i + 1)])
+
+
+def test_follower_holds_after_the_execution_horizon() -> None:
+    for mode in ("stamp", "drop", "none"):
+        follower = _follow(mode, n_action_steps=4)
+        last = 4 if mode == "none" else 3 + 4  # n actions executed after arrival
+        np.testing.assert_allclose(follower.setpoint(OBS_S + 5.0), [last, -last], err_msg=mode)
+
+
+def test_a_chunk_the_follower_would_reject_is_not_sent() -> None:
+    late = 1.05  # the whole 10-step chunk lies in the past on arrival
+    with pytest.raises(ChunkTooLate):
+        aligned_trajectory(_chunk(), JOINTS, STEP, JointLimits(), int(OBS_S * 1e9), late, None, "stamp")
+    everything, _ = trajectory_points(_chunk(), JOINTS, STEP, start_time_ns=int(OBS_S * 1e9))
+    follower = TrajectoryFollower(JOINTS, np.zeros(2), np.full(2, 100.0), now_s=OBS_S)
+    with pytest.raises(TrajectoryRejected):
+        follower.command(everything, now_s=OBS_S + late)
+
+
+def test_replan_every_tick_or_every_n_steps() -> None:
+    assert replan_due(0.3, 0.2, "tick", 4, STEP)
+    assert replan_due(0.3, None, "n_action_steps", 4, STEP)
+    assert not replan_due(0.5, 0.2, "n_action_steps", 4, STEP)
+    assert replan_due(0.6, 0.2, "n_action_steps", 4, STEP, slack_s=1e-9)
+    with pytest.raises(ValueError):
+        replan_due(0.6, 0.2, "sometimes", 4, STEP)

@@ -128,3 +128,16 @@ def test_engine_rtc_chunk_reads_the_shared_prefix_without_gradients() -> None:
     frame.guide = guide
     tick = engine.tick(frame, noise, tasks=[])
     torch.testing.assert_close(torch.from_numpy(tick.actions), guided)
+
+
+def test_rtc_runs_inside_inference_mode() -> None:
+    """The simulator and the benchmark run under torch.inference_mode; the VJP must still work there."""
+    model = tiny_model(seed=7)
+    k, v = _prefix(model)
+    noise = torch.randn(TINY.action_horizon, TINY.action_dim)
+    target = torch.randn_like(noise)
+    weights = prefix_weights(2, TINY.action_horizon, TINY.action_horizon)
+    outside = sample_actions_rtc(model, k, v, noise, target, weights, beta=5.0)
+    with torch.inference_mode():
+        inside = sample_actions_rtc(model, k, v, noise.clone(), target.clone(), weights, beta=5.0)
+    torch.testing.assert_close(inside, outside)

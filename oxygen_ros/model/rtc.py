@@ -104,13 +104,16 @@ def sample_actions_rtc(
     """
     if target.shape != noise.shape or weights.shape != noise.shape[:1]:
         raise ValueError(f"target {tuple(target.shape)} and weights {tuple(weights.shape)} must match noise {tuple(noise.shape)}")
-    schedule = model.denoise_schedule(prefix_k.shape[1], noise.shape[0], num_steps)
-    pk, pv = prefix_k.unsqueeze(1), prefix_v.unsqueeze(1)
-    y = target.to(model.device, torch.float32).unsqueeze(0)
-    w = weights.to(model.device, torch.float32).view(1, -1, 1)
-    x_t = noise.to(model.device, torch.float32).unsqueeze(0)
-    for step in range(schedule.steps):
-        velocity, _, correction = denoised_vjp(model, x_t, pk, pv, schedule, step, lambda x0: (y - x0) * w)
-        guided = velocity - guidance_weight(schedule.times[step], beta) * correction
-        x_t = x_t + schedule.dt * guided
-    return x_t[0]
+    # Outside inference mode even when the caller is in it: tensors made in inference mode (the RoPE tables,
+    # the modulations) cannot be saved for the backward pass of the VJP.
+    with torch.inference_mode(False):
+        schedule = model.denoise_schedule(prefix_k.shape[1], noise.shape[0], num_steps)
+        pk, pv = prefix_k.unsqueeze(1), prefix_v.unsqueeze(1)
+        y = target.to(model.device, torch.float32).unsqueeze(0)
+        w = weights.to(model.device, torch.float32).view(1, -1, 1)
+        x_t = noise.to(model.device, torch.float32).unsqueeze(0)
+        for step in range(schedule.steps):
+            velocity, _, correction = denoised_vjp(model, x_t, pk, pv, schedule, step, lambda x0: (y - x0) * w)
+            guided = velocity - guidance_weight(schedule.times[step], beta) * correction
+            x_t = x_t + schedule.dt * guided
+        return x_t[0]

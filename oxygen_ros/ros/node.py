@@ -36,12 +36,13 @@ from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
 from oxygen_ros.runtime import InputError, PolicyRuntime, RuntimeConfig
+from oxygen_ros.runtime.alignment import ChunkTooLate, aligned_trajectory, replan_due
 
 from . import params as P
 from .convert import action_chunk_msg, compressed_image_to_array, image_to_array, joint_positions, stamp_to_ns, text_delta_msg
 from .diagnostics import Diagnostics, diagnostic_array
 from .inputs import InputStore, Observation, ObservationError
-from .outputs import JointLimits, final_text_topic, text_topic, trajectory_msg
+from .outputs import JointLimits, final_text_topic, text_topic, to_trajectory_msg
 
 __all__ = ["OxygenNode", "RuntimeLoader"]
 
@@ -89,6 +90,8 @@ class OxygenNode(Node):
         self._text_parts: dict[int, list[str]] = {}
         self._last_instruction = ""
         self._tick_wanted = threading.Event()
+        self._last_chunk_s: float | None = None  # node-clock time of the tick of the last chunk
+        self._last_latency_s = 0.0  # observation → publication of the last chunk
         self._stopping = threading.Event()
 
         self._timer_group = MutuallyExclusiveCallbackGroup()
@@ -239,9 +242,13 @@ class OxygenNode(Node):
 
     # ------------------------------------------------------------------------------ model work
     def _on_tick(self) -> None:
+        s, rt = self.settings, self.runtime
+        now_s = self._now_ns() / 1e9
+        if not replan_due(now_s, self._last_chunk_s, rt.config.replan, rt.n_action_steps, s.step_period_s,
+                          slack_s=s.control_period_s / 2):  # fmt: skip
+            return  # the current chunk still runs: replanning every n_action_steps steps
         start = time.perf_counter()
         self.diag.tick_started(self._now_ns())
-        s = self.settings
         try:
             obs = self.store.snapshot(self._now_ns(), int(s.max_observation_age_s * 1e9), s.default_instruction)
         except ObservationError as exc:
@@ -254,7 +261,9 @@ class OxygenNode(Node):
             self._skip(f"invalid_{exc.kind}", str(exc))
             return
         try:
-            result = self.runtime.step(frame)
+            # With real-time chunking the new chunk continues the last one; its delay is the last measured latency.
+            result = self.runtime.step(frame, s.step_period_s, self._last_latency_s)
+            self._last_chunk_s = now_s
         except Exception as exc:  # a robot never sees a traceback: log, count, no chunk, keep running
             self._engine_error("control tick", exc)
             return
@@ -263,11 +272,13 @@ class OxygenNode(Node):
         try:
             self._publish_step(obs, result, start)
         except Exception as exc:  # e.g. NaN actions: no chunk rather than a wrong one
+            self.runtime.forget_chunk()  # the robot does not execute it: the next chunk must not continue it
             self._engine_error("action chunk", exc)
         self._publish_events(result.events)  # text of modes that finish it inside the frame
 
     def _publish_step(self, obs: Observation, result: Any, start: float) -> None:
-        s = self.settings
+        s, rt = self.settings, self.runtime
+        latency_s = max(0.0, (self._now_ns() - obs.stamp_ns) / 1e9)  # observation → publication, node clock
         chunk = action_chunk_msg(
             result.actions,
             stamp=obs.stamp_ns,
@@ -276,16 +287,27 @@ class OxygenNode(Node):
             joint_names=s.joint_names,
             prefill_latency_s=result.tick.prefill_s,
             action_latency_s=result.tick.action_s,
-            engine_mode=self.runtime.config.engine_mode,
+            engine_mode=rt.config.engine_mode,
             frame_id=obs.frame_id,
+            latency_s=latency_s,
+            n_action_steps=rt.n_action_steps,
         )  # raises ValueError for NaN/inf actions: no chunk rather than a wrong one
         trajectory = None
         if s.publish_trajectory and self._trajectory_pub is not None:
-            trajectory, clamped = trajectory_msg(result.actions, s.joint_names, s.step_period_s, self._limits)
-            self.diag.clamped(clamped)
+            try:
+                timed, clamped = aligned_trajectory(result.actions, s.joint_names, s.step_period_s, self._limits,
+                                                    obs.stamp_ns, latency_s, rt.n_action_steps, rt.config.time_alignment)
+            except ChunkTooLate as exc:  # the controller would reject it: say so, send the chunk only
+                self.store.count("chunk_too_late")
+                self._warn("chunk_too_late", f"no trajectory this tick: {exc}")
+                rt.forget_chunk()
+            else:
+                trajectory = to_trajectory_msg(timed)
+                self.diag.clamped(clamped)
         self._chunk_pub.publish(chunk)
         if trajectory is not None:
             self._trajectory_pub.publish(trajectory)  # type: ignore[union-attr]
+        self._last_latency_s = latency_s
         self.diag.chunk_published(self._now_ns(), time.perf_counter() - start)
 
     def _on_decode(self) -> None:

@@ -17,10 +17,17 @@ first n, ``drop`` n after the dropped ones, ``stamp`` up to index ⌈latency / s
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
+from .trajectory import JointLimits, TimedTrajectory, trajectory_points
+
 TIME_ALIGNMENTS = ("stamp", "drop", "none")
+REPLAN = ("tick", "n_action_steps")
 
 
 def delay_steps(latency_s: float, step_period_s: float) -> int:
@@ -44,6 +51,18 @@ class ChunkTiming:
     @property
     def indices(self) -> range:
         return range(self.first, self.last)
+
+
+def replan_due(
+    now_s: float, last_chunk_s: float | None, replan: str, n_action_steps: int, step_period_s: float, slack_s: float = 0.0
+) -> bool:
+    """Whether a tick at ``now_s`` computes a new chunk: every tick (``tick``), or once ``n_action_steps``
+    steps have passed since the tick of the last chunk (``n_action_steps``; ``slack_s`` absorbs timer jitter)."""
+    if replan not in REPLAN:
+        raise ValueError(f"replan must be one of {list(REPLAN)}, got {replan!r}")
+    if replan == "tick" or last_chunk_s is None:
+        return True
+    return now_s >= last_chunk_s + n_action_steps * step_period_s - slack_s
 
 
 class ChunkTooLate(ValueError):
@@ -80,3 +99,24 @@ def align_chunk(
     if mode == "drop":
         return ChunkTiming(0, d, last, tuple((i + 1) * step_period_s - latency_s for i in range(d, last)))
     return ChunkTiming(stamp_ns, 0, last, tuple((i + 1) * step_period_s for i in range(last)))
+
+
+def aligned_trajectory(
+    actions: np.ndarray,
+    joint_names: Sequence[str],
+    step_period_s: float,
+    limits: JointLimits,
+    stamp_ns: int,
+    latency_s: float,
+    n_action_steps: int | None = None,
+    mode: str = "stamp",
+) -> tuple[TimedTrajectory, int]:
+    """The trajectory of a (horizon, action_dim) chunk sent ``latency_s`` after its observation at
+    ``stamp_ns`` (see `align_chunk`); returns it and how many positions were clamped. Raises ChunkTooLate
+    when nothing is left to execute, ValueError for chunks that cannot be commanded."""
+    values = np.asarray(actions)
+    if values.ndim != 2 or values.shape[0] == 0:
+        raise ValueError(f"actions must be a non-empty (horizon, action_dim) array, got shape {values.shape}")
+    timing = align_chunk(values.shape[0], step_period_s, stamp_ns, latency_s, n_action_steps, mode)
+    trajectory, clamped = trajectory_points(values[timing.first : timing.last], joint_names, step_period_s, limits)
+    return dataclasses.replace(trajectory, times_s=np.asarray(timing.times_s), start_time_ns=timing.stamp_ns), clamped

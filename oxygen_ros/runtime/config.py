@@ -12,9 +12,7 @@ from oxygen_ros.model.config import PRESETS
 from oxygen_ros.model.prompt import PROMPT_FORMATS
 from oxygen_ros.model.rtc import SCHEDULES
 
-from .alignment import TIME_ALIGNMENTS
-
-REPLAN = ("tick", "n_action_steps")
+from .alignment import REPLAN, TIME_ALIGNMENTS
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
     oxygen-sim eval --episodes 20 --seed 0                       # config/demo_policy.yaml: the trained demo policy
     oxygen-sim eval --episodes 20 --seed 0 --engine-mode sequential
-    oxygen-sim eval --params-file my.yaml --latency 0.1 --stamp-observation --json-out episodes.json
+    oxygen-sim eval --params-file my.yaml --latency 0.1 --time-alignment none --json-out episodes.json
     oxygen-sim expert --episodes 50 --seed 0                     # the scripted expert's own success rate
 
 The last line printed is one JSON object (success_rate, mean_time_to_success_s, narration_accuracy,
@@ -82,8 +82,10 @@ def _eval(args: argparse.Namespace) -> int:
     config = deterministic_config(config, args.tokens_per_frame, args.engine_mode)
     if args.num_threads is not None:
         config.num_threads = args.num_threads
+    if args.rtc is not None:
+        config.rtc = args.rtc
     settings = dataclasses.replace(
-        settings, latency_s=args.latency, stamp_observation=args.stamp_observation,
+        settings, latency_s=args.latency, time_alignment=args.time_alignment or "",
         blank_cameras=args.blank_cameras, time_limit_s=args.time_limit,
     )  # fmt: skip
     try:
@@ -136,7 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--params-file", type=Path, default=DEFAULT_PARAMS, help="the node's parameters YAML")
     ev.add_argument("--tokens-per-frame", type=int, help=f"decode steps per tick (default: the file's, or 4 if it says 0)")
     ev.add_argument("--latency", type=float, default=0.0, help="observation→trajectory latency in seconds")
-    ev.add_argument("--stamp-observation", action="store_true", help="stamp trajectories with the observation time")
+    ev.add_argument("--time-alignment", choices=["stamp", "drop", "none"],
+                    help="how chunks are timed (default: the file's time_alignment, else stamp)")
+    ev.add_argument("--rtc", action=argparse.BooleanOptionalAction, help="real-time chunking (default: the file's rtc)")
     ev.add_argument("--blank-cameras", action="store_true", help="black camera images (does the policy use vision?)")
     ev.add_argument("--time-limit", type=float, default=12.0, help="seconds per episode")
     ev.add_argument("--instruction", help="use this instruction in every episode (any text)")
