@@ -3,6 +3,7 @@
     oxygen-sim eval --episodes 20 --seed 0                       # config/demo_policy.yaml: the trained demo policy
     oxygen-sim eval --episodes 20 --seed 0 --engine-mode sequential
     oxygen-sim eval --params-file my.yaml --latency 0.1 --time-alignment none --json-out episodes.json
+    oxygen-sim chunking --episodes 20 --out docs/rtc                 # naive / aligned / aligned+RTC at 0-300 ms
     oxygen-sim expert --episodes 50 --seed 0                     # the scripted expert's own success rate
 
 The last line printed is one JSON object (success_rate, mean_time_to_success_s, narration_accuracy,
@@ -128,6 +129,37 @@ def _expert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _chunking(args: argparse.Namespace) -> int:
+    from .chunking_study import VARIANTS, run_study, write_outputs
+
+    config, settings = load_params(args.params_file)
+    config = deterministic_config(config)
+    if args.num_threads is not None:
+        config.num_threads = args.num_threads
+    settings = dataclasses.replace(settings, time_limit_s=args.time_limit)
+    try:
+        specs = eval_specs(args.seed, args.episodes)
+    except ValueError as exc:
+        print(f"oxygen-sim: {exc}", file=sys.stderr)
+        return 2
+    variants = [v for v in VARIANTS if not args.variants or v.name in args.variants]
+    say = (lambda _: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    try:
+        rows = run_study(config, settings, specs, args.latencies, variants, progress=say)
+    except RuntimeLoadError as exc:
+        print(f"oxygen-sim: {exc}", file=sys.stderr)
+        return 1
+    meta = {"episodes": args.episodes, "seed": args.seed, "model": config.checkpoint or f"preset {config.model_preset}",
+            "params_file": str(args.params_file), "time_limit_s": args.time_limit,
+            "control_period_s": settings.control_period_s, "step_period_s": settings.action_period_s,
+            "rtc_beta": config.rtc_beta, "rtc_schedule": config.rtc_schedule,
+            "rtc_prefix_attention_horizon": config.rtc_prefix_attention_horizon, "n_action_steps": config.n_action_steps,
+            "replan": config.replan}  # fmt: skip
+    write_outputs(rows, args.out, meta)
+    print(json.dumps({"out": str(args.out), "rows": rows}))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="oxygen-sim", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -147,6 +179,17 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--num-threads", type=int, help="torch CPU threads")
     ev.add_argument("--json-out", help="write the summary and every episode's details here")
     ev.add_argument("--quiet", action="store_true")
+    ch = sub.add_parser("chunking", help="naive vs time-aligned vs time-aligned + RTC at several latencies")
+    ch.add_argument("--episodes", type=int, default=20)
+    ch.add_argument("--seed", type=int, default=0)
+    ch.add_argument("--params-file", type=Path, default=DEFAULT_PARAMS, help="the node's parameters YAML")
+    ch.add_argument("--latencies", type=float, nargs="+", default=[0.0, 0.1, 0.2, 0.3], help="seconds")
+    ch.add_argument("--variants", nargs="+", choices=["naive", "aligned", "aligned+rtc"],
+                    help="default: all three")
+    ch.add_argument("--time-limit", type=float, default=12.0, help="seconds per episode")
+    ch.add_argument("--num-threads", type=int, help="torch CPU threads")
+    ch.add_argument("--out", type=Path, default=ROOT / "docs" / "rtc", help="results.json, table.md, chunking.png")
+    ch.add_argument("--quiet", action="store_true")
     ex = sub.add_parser("expert", help="the scripted expert's success rate on held-out seeds")
     ex.add_argument("--episodes", type=int, default=50)
     ex.add_argument("--seed", type=int, default=0)
@@ -157,11 +200,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
+    if args.command in ("eval", "chunking") and args.episodes < 1:
+        print("oxygen-sim: --episodes must be >= 1", file=sys.stderr)
+        return 2
     if args.command == "eval":
-        if args.episodes < 1:
-            print("oxygen-sim: --episodes must be >= 1", file=sys.stderr)
-            return 2
         return _eval(args)
+    if args.command == "chunking":
+        return _chunking(args)
     return _expert(args)
 
 

@@ -126,6 +126,7 @@ def run_episode(
         raise ValueError("closed-loop evaluation needs tokens_per_frame >= 1 (deadline-driven decoding is not reproducible)")
     runtime.engine.generator.manual_seed(spec.seed)
     runtime.engine.restart_schedule()  # every episode starts its text tasks on the same ticks
+    runtime.forget_chunk()  # the first chunk of an episode continues nothing
     episode = SimEpisode(spec, settings.control_period_s, settings.time_limit_s)
     labels: dict[int, dict[str, str | None]] = {}
     text = _TextCollector(labels)
