@@ -3,7 +3,8 @@
 It publishes both camera images (`sensor_msgs/Image`, rgb8, sensor-data QoS), `sensor_msgs/JointState`
 and the episode's instruction (latched `std_msgs/String`); it executes `trajectory_msgs/JointTrajectory`
 with ros2_control joint_trajectory_controller semantics (`oxygen_ros.sim.follower`); it runs the episodes
-one after another (`oxygen_ros.sim.runner`) and reports each start and outcome as JSON on ``~/episode``.
+one after another (`oxygen_ros.sim.runner`) and reports each start and outcome as JSON on ``~/episode``,
+and the true subtask and scene note whenever they change on ``~/labels`` (to judge the policy's text).
 All times are the node clock's. Topic names are relative, so a namespace moves the whole robot.
 """
 
@@ -59,6 +60,8 @@ SIM_PARAMS = (
     ParamSpec("instruction_topic", "str", "instruction", "std_msgs/String, latched: each episode's instruction."),
     ParamSpec("trajectory_topic", "str", "joint_trajectory_controller/joint_trajectory",
               "trajectory_msgs/JointTrajectory commands (joint trajectory controller semantics)."),
+    ParamSpec("wait_for_commander_s", "float", 0.0, "Start the first episode only once a node publishes on "
+              "trajectory_topic, waiting at most this long (0 = start at once).", low=0.0, high=3600.0),
     ParamSpec("exit_when_done", "bool", True, "Stop the node after the last episode."),
 )
 # fmt: on
@@ -83,6 +86,9 @@ class OxygenSimNode(Node):
                      else s for i, s in enumerate(specs)]  # fmt: skip
         self.runner = EpisodeRunner(specs, 1.0 / v["control_rate_hz"], v["time_limit_s"], v["settle_s"])
         self.done = threading.Event()
+        self._created_s = self._now_s()
+        self._commander_seen = False
+        self._held: EpisodeEvent | None = None  # the first episode's start while it waits for a commander
         self._lock = threading.Lock()  # the runner is used by the timers and the trajectory callback
 
         self._base_pub = self.create_publisher(Image, v["base_camera_topic"], qos_profile_sensor_data)
@@ -91,6 +97,8 @@ class OxygenSimNode(Node):
         self._joint_pub = self.create_publisher(JointState, v["joint_state_topic"], qos_profile_sensor_data)
         self._instruction_pub = self.create_publisher(String, v["instruction_topic"], LATCHED)
         self._episode_pub = self.create_publisher(String, "~/episode", EPISODE_QOS)
+        self._labels_pub = self.create_publisher(String, "~/labels", EPISODE_QOS)
+        self._labels: tuple[str | None, str | None] | None = None
         self.create_subscription(JointTrajectory, v["trajectory_topic"], self._on_trajectory, RELIABLE)
         self.create_timer(1.0 / v["physics_rate_hz"], self._on_physics)
         self.create_timer(1.0 / v["camera_rate_hz"], self._on_camera)
@@ -103,13 +111,31 @@ class OxygenSimNode(Node):
         return self.get_clock().now().nanoseconds / 1e9
 
     # ---------------------------------------------------------------------------------- episodes
+    def _waiting_for_commander(self, now_s: float) -> bool:
+        if self._commander_seen or now_s - self._created_s >= self.v["wait_for_commander_s"]:
+            return False
+        self._commander_seen = self.count_publishers(self.v["trajectory_topic"]) > 0
+        return not self._commander_seen
+
     def _on_physics(self) -> None:
+        now = self._now_s()
+        waiting = self._waiting_for_commander(now)
         with self._lock:
-            events = self.runner.update(self._now_s())
+            events = self.runner.update(now)
+            if waiting:  # the first scene is shown; its clock waits for whoever sends trajectories
+                self._held = self.runner.hold(now) or self._held
+            elif self._held is not None:  # ... who is here now: the start again, with its real clock start
+                events, self._held = [*events, self._held], None
             episode = self.runner.episode
             state = episode.state.tolist() if episode is not None else None
+            labels = (episode.subtask, episode.memory) if episode is not None else (None, None)
+            index = self.runner.index
         for event in events:
             self._report(event)
+        if labels != self._labels:  # the true subtask and scene note, for judging the policy's text
+            self._labels = labels
+            data = {"stamp_ns": self.get_clock().now().nanoseconds, "episode": index, "subtask": labels[0], "memory": labels[1]}
+            self._labels_pub.publish(String(data=json.dumps(data)))
         if state is not None:
             msg = JointState()
             msg.header.stamp = self.get_clock().now().to_msg()
@@ -128,7 +154,8 @@ class OxygenSimNode(Node):
         else:
             outcome = f"success in {event.time_to_success_s:.1f} s" if event.success else "failed (time limit)"
             self.get_logger().info(f"episode {event.index + 1}: {outcome}")
-        self._episode_pub.publish(String(data=json.dumps(event.as_dict())))
+        report = {**event.as_dict(), "stamp_ns": self.get_clock().now().nanoseconds}
+        self._episode_pub.publish(String(data=json.dumps(report)))
 
     def _on_camera(self) -> None:
         with self._lock:

@@ -21,10 +21,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
 from tqdm import tqdm
 
 from oxygen_ros.runtime import RuntimeConfig, RuntimeLoadError
+from oxygen_ros.runtime.params_file import ParamsFileError, read_params_file
 from oxygen_ros.runtime.trajectory import JointLimits
 
 from .dataset import expert_episode
@@ -33,18 +33,6 @@ from .evaluate import EvalSettings, deterministic_config, eval_specs, evaluate, 
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_PARAMS = ROOT / "config" / "demo_policy.yaml"
-
-
-def _find_parameters(data: Any) -> dict[str, Any]:
-    """The first ``ros__parameters`` block of a node parameters file (or the mapping itself)."""
-    if isinstance(data, dict):
-        if isinstance(data.get("ros__parameters"), dict):
-            return data["ros__parameters"]
-        for value in data.values():
-            found = _find_parameters(value)
-            if found:
-                return found
-    return {}
 
 
 def _resolve(path: str, params_file: Path) -> str:
@@ -59,7 +47,7 @@ def _resolve(path: str, params_file: Path) -> str:
 
 def load_params(params_file: Path) -> tuple[RuntimeConfig, EvalSettings]:
     """The runtime configuration and the robot wiring (joints, limits, timing) of a node parameters file."""
-    values = _find_parameters(yaml.safe_load(params_file.read_text()))
+    values, _ = read_params_file(params_file, node="oxygen_node")
     for key in ("checkpoint", "tokenizer", "norm_stats"):
         if key in values:
             values[key] = _resolve(str(values[key]), params_file)
@@ -79,7 +67,11 @@ def load_params(params_file: Path) -> tuple[RuntimeConfig, EvalSettings]:
 def _eval(args: argparse.Namespace) -> int:
     from oxygen_ros.runtime import PolicyRuntime
 
-    config, settings = load_params(args.params_file)
+    try:
+        config, settings = load_params(args.params_file)
+    except (ParamsFileError, ValueError, TypeError) as exc:
+        print(f"oxygen-sim: {exc}", file=sys.stderr)
+        return 2
     config = deterministic_config(config, args.tokens_per_frame, args.engine_mode)
     if args.num_threads is not None:
         config.num_threads = args.num_threads

@@ -34,7 +34,8 @@ TASK_NAMES = ("language", "memory")  # the text tasks (config/demo.yaml) and the
 EXTRA_TICKS_AFTER_SUCCESS = 2  # keep demonstrating the lift a little past the success instant
 
 CLEAN_SHARE = 0.3  # episodes executed without noise
-NOISE_RAD = (0.02, 0.12)  # range of the per-episode arm noise scale
+NOISE_RAD = (0.01, 0.06)  # range of the per-episode arm noise scale (rad, on the executed chunk)
+NOISY_TICK_P = 0.5  # share of a noisy episode's ticks whose executed chunk is offset
 GRIPPER_NOISE_M = 0.02
 DROP_CHUNK_P = 0.08  # a chunk that never reaches the robot (the previous one keeps running)
 
@@ -85,7 +86,6 @@ def episode_samples(episode_seed: int, horizon: int, control_period_s: float, im
     rng = np.random.default_rng([episode_seed, 11])
     clean = rng.random() < CLEAN_SHARE if noisy is None else not noisy
     scale = 0.0 if clean else rng.uniform(*NOISE_RAD)
-    ramp = ((np.arange(horizon) + 1) / horizon)[:, None]
     extra = EXTRA_TICKS_AFTER_SUCCESS
     while extra >= 0 and episode.time_s < episode.time_limit_s - 1e-9:
         actions = expert_chunk(episode.scene, episode.target, horizon, control_period_s)
@@ -97,11 +97,11 @@ def episode_samples(episode_seed: int, horizon: int, control_period_s: float, im
             texts={"language": episode.subtask or "", "memory": episode.memory or ""},
         )
         executed = actions.astype(np.float64)
-        if scale:
+        if scale and rng.random() < NOISY_TICK_P:  # this tick the robot goes somewhere else than told
             offset = np.zeros(STATE_DIM)
             offset[:ARM_JOINTS] = rng.normal(0.0, scale, ARM_JOINTS)
             offset[ARM_JOINTS] = rng.normal(0.0, GRIPPER_NOISE_M) if rng.random() < 0.2 else 0.0
-            executed = np.clip(executed + ramp * offset, JOINT_LOWER, JOINT_UPPER)
+            executed = np.clip(executed + offset, JOINT_LOWER, JOINT_UPPER)
         if not (scale and rng.random() < DROP_CHUNK_P):
             trajectory, _ = trajectory_points(executed, JOINT_NAMES, control_period_s)
             episode.deliver(trajectory)

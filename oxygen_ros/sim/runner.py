@@ -25,11 +25,12 @@ class EpisodeEvent:
     success: bool = False
     time_to_success_s: float | None = None
     duration_s: float = 0.0
+    clock_start_s: float = 0.0  # when the episode's physics clock is 0, on the runner's clock
 
     def as_dict(self) -> dict:
         return {"event": self.kind, "index": self.index, "seed": self.spec.seed, "instruction": self.spec.instruction,
                 "target": self.spec.target_name, "success": self.success, "time_to_success_s": self.time_to_success_s,
-                "duration_s": round(self.duration_s, 3)}  # fmt: skip
+                "duration_s": round(self.duration_s, 3), "clock_start_ns": round(self.clock_start_s * NS)}  # fmt: skip
 
 
 class EpisodeRunner:
@@ -62,7 +63,15 @@ class EpisodeRunner:
         spec = self.specs[self.index]
         self.episode = SimEpisode(spec, self.control_period_s, self.time_limit_s)
         self._start_s = now_s + self.settle_s
-        return [EpisodeEvent("start", self.index, spec)]
+        return [EpisodeEvent("start", self.index, spec, clock_start_s=self._start_s)]
+
+    def hold(self, now_s: float) -> EpisodeEvent | None:
+        """Keep the current episode settling (its clock not started) for another ``settle_s`` from now;
+        returns its start event with the new clock start."""
+        if self.episode is None or self.episode_time(now_s) >= 0:
+            return None
+        self._start_s = now_s + self.settle_s
+        return EpisodeEvent("start", self.index, self.episode.spec, clock_start_s=self._start_s)
 
     def update(self, now_s: float) -> list[EpisodeEvent]:
         """Run the physics up to ``now_s`` (node clock, seconds); returns episode starts and ends."""
@@ -76,7 +85,7 @@ class EpisodeRunner:
             ep.advance(t)
         if not ep.done:
             return []
-        end = EpisodeEvent("end", self.index, ep.spec, ep.success_time_s is not None, ep.success_time_s, ep.time_s)
+        end = EpisodeEvent("end", self.index, ep.spec, ep.success_time_s is not None, ep.success_time_s, ep.time_s, self._start_s)
         self.outcomes.append(end)
         return [end, *self._begin(now_s)]
 
