@@ -124,7 +124,11 @@ def _expert(args: argparse.Namespace) -> int:
 def _chunking(args: argparse.Namespace) -> int:
     from .chunking_study import VARIANTS, run_study, write_outputs
 
-    config, settings = load_params(args.params_file)
+    try:
+        config, settings = load_params(args.params_file)
+    except (ParamsFileError, ValueError, TypeError) as exc:
+        print(f"oxygen-sim: {exc}", file=sys.stderr)
+        return 2
     config = deterministic_config(config)
     if args.num_threads is not None:
         config.num_threads = args.num_threads
