@@ -129,7 +129,7 @@ def _chunking(args: argparse.Namespace) -> int:
     except (ParamsFileError, ValueError, TypeError) as exc:
         print(f"oxygen-sim: {exc}", file=sys.stderr)
         return 2
-    config = deterministic_config(config)
+    config = deterministic_config(config, engine_mode=args.engine_mode)
     if args.num_threads is not None:
         config.num_threads = args.num_threads
     settings = dataclasses.replace(settings, time_limit_s=args.time_limit)
@@ -148,7 +148,7 @@ def _chunking(args: argparse.Namespace) -> int:
     meta = {"episodes": args.episodes, "seed": args.seed, "model": config.checkpoint or f"preset {config.model_preset}",
             "params_file": str(args.params_file), "time_limit_s": args.time_limit,
             "control_period_s": settings.control_period_s, "step_period_s": settings.action_period_s,
-            "rtc_beta": config.rtc_beta, "rtc_schedule": config.rtc_schedule,
+            "engine_mode": config.engine_mode, "rtc_beta": config.rtc_beta, "rtc_schedule": config.rtc_schedule,
             "rtc_prefix_attention_horizon": config.rtc_prefix_attention_horizon, "n_action_steps": config.n_action_steps,
             "replan": config.replan}  # fmt: skip
     write_outputs(rows, args.out, meta)
@@ -183,6 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     ch.add_argument("--variants", nargs="+", choices=["naive", "aligned", "aligned+rtc"],
                     help="default: all three")
     ch.add_argument("--time-limit", type=float, default=12.0, help="seconds per episode")
+    ch.add_argument("--engine-mode", choices=["oxygen", "sequential", "shared", "parallel", "action_only"],
+                    help="default: the file's (action_only gives the same actions without the text work)")
     ch.add_argument("--num-threads", type=int, help="torch CPU threads")
     ch.add_argument("--out", type=Path, default=ROOT / "docs" / "rtc", help="results.json, table.md, chunking.png")
     ch.add_argument("--quiet", action="store_true")
