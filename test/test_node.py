@@ -260,7 +260,8 @@ def test_decoder_fills_the_slack_or_runs_once_per_tick(ros_context, tokens_per_f
 def test_replanning_every_n_steps_with_dropped_actions_and_measured_latency(ros_context):
     """replan=n_action_steps: a chunk every 3 steps; time_alignment=drop: the past actions are dropped, the rest
     start on arrival at their own times; each step is told the last measured latency."""
-    node, runtime = _fake_node("replan", control_rate_hz=20.0, n_action_steps=3, replan="n_action_steps",
+    # horizon 20: even a chunk delayed 0.8 s by a busy machine still has 3 actions to send
+    node, runtime = _fake_node("replan", control_rate_hz=20.0, horizon=20, n_action_steps=3, replan="n_action_steps",
                                time_alignment="drop", trajectory_topic="/replan/trajectory")  # fmt: skip
     driver, executor = make_test_node("replan_driver")
     executor.add_node(node)
@@ -281,6 +282,8 @@ def test_replanning_every_n_steps_with_dropped_actions_and_measured_latency(ros_
     assert spin_until(executor, lambda: len(trajectories) >= 4, timeout=30, every=(0.01, publish))
     span = time.monotonic() - t0
     assert len(chunks) <= span / 0.15 + 2, (len(chunks), span)  # one chunk per 3 steps of 50 ms, not per tick
+    assert node.diag.target_rate_hz == pytest.approx(1 / 0.15)  # diagnostics expect that rate, not 20 Hz
+    assert len(chunks) >= len(trajectories)
     for chunk, traj in zip(chunks.messages, trajectories.messages):
         latency = chunk.latency_s
         assert latency >= late_ns / 1e9 and chunk.n_action_steps == 3

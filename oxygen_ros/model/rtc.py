@@ -22,6 +22,7 @@ is ever formed.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -70,7 +71,13 @@ def guidance_weight(t: float, beta: float) -> float:
 
 
 def denoised_vjp(
-    model: Pi05Model, x_t: Tensor, prefix_k: Tensor, prefix_v: Tensor, schedule: DenoiseSchedule, step: int, cotangent_fn
+    model: Pi05Model,
+    x_t: Tensor,
+    prefix_k: Tensor,
+    prefix_v: Tensor,
+    schedule: DenoiseSchedule,
+    step: int,
+    cotangent_fn: Callable[[Tensor], Tensor],
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Velocity, denoised estimate and the VJP of x̂₀ = x_t − t·v(x_t) at one Euler step.
 

@@ -84,7 +84,7 @@ class OxygenNode(Node):
             use_state=bool(s.joint_names),
             max_instruction_chars=s.max_instruction_chars,
         )
-        self.diag = Diagnostics(s.control_rate_hz)
+        self.diag = Diagnostics(self._chunk_rate_hz())
         self._limits = JointLimits(s.joint_limits_lower, s.joint_limits_upper)
         self._loggers: dict[tuple[str, str], Any] = {}
         self._text_parts: dict[int, list[str]] = {}
@@ -113,6 +113,13 @@ class OxygenNode(Node):
         unknown = sorted(n for n in overrides if not self.has_parameter(n) and not n.startswith("qos_overrides."))
         if unknown:
             self.get_logger().warning(f"ignoring unknown parameters {unknown} (misspelled? see config/demo.yaml)")
+
+    def _chunk_rate_hz(self) -> float:
+        """The chunk rate diagnostics expect: the control rate, or one chunk per n_action_steps steps."""
+        s, rt = self.settings, self.runtime
+        if rt.config.replan == "tick":
+            return s.control_rate_hz
+        return min(s.control_rate_hz, 1.0 / (rt.n_action_steps * s.step_period_s))
 
     def _check_fits_model(self) -> None:
         rt = self.runtime
@@ -378,7 +385,7 @@ class OxygenNode(Node):
         self._limits = JointLimits(new.joint_limits_lower, new.joint_limits_upper)
         if new.control_rate_hz != old.control_rate_hz:
             self._control_timer.timer_period_ns = int(round(new.control_period_s * 1e9))
-            self.diag.set_target_rate(new.control_rate_hz)
+        self.diag.set_target_rate(self._chunk_rate_hz())  # the control rate or the step period may have changed
         for p in changes:
             self.get_logger().info(f"parameter {p.name} set to {p.value!r}")
 
