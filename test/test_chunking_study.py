@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from oxygen_ros.runtime import RuntimeConfig
-from oxygen_ros.sim.chunking_study import VARIANTS, markdown_table, run_study, write_outputs
+from oxygen_ros.sim.chunking_study import VARIANTS, combine, markdown_table, run_study, write_outputs
 from oxygen_ros.sim.evaluate import EvalSettings, eval_specs
 
 
@@ -29,3 +31,19 @@ def test_study_runs_every_variant_and_writes_its_outputs(tmp_path: Path) -> None
     table = (tmp_path / "table.md").read_text()
     assert table == markdown_table(rows) and table.count("\n") == 2 + len(rows)
     assert (tmp_path / "chunking.png").stat().st_size > 5000
+
+
+def test_runs_of_single_variants_combine_into_one_table(tmp_path: Path) -> None:
+    def row(variant: str, latency: float) -> dict:
+        return {"variant": variant, "latency_s": latency, "episodes": 2, "success_rate": 0.5, "mean_time_to_success_s": 3.0,
+                "mean_switch_jump_rad": 0.1, "p95_switch_jump_rad": 0.2, "mean_jerk_rms": 10.0, "chunks": 4, "not_sent": 0}
+
+    meta = {"episodes": 2, "model": "m"}
+    write_outputs([row("aligned+rtc", 0.1), row("aligned+rtc", 0.0)], tmp_path / "rtc", meta)
+    write_outputs([row("naive", 0.0)], tmp_path / "naive", meta)
+    rows, combined_meta = combine([tmp_path / "rtc", tmp_path / "naive"])
+    assert [(r["variant"], r["latency_s"]) for r in rows] == [("naive", 0.0), ("aligned+rtc", 0.0), ("aligned+rtc", 0.1)]
+    assert combined_meta == meta
+    write_outputs([row("aligned", 0.0)], tmp_path / "other", {"episodes": 3, "model": "m"})
+    with pytest.raises(ValueError, match="differ"):
+        combine([tmp_path / "rtc", tmp_path / "other"])

@@ -136,3 +136,15 @@ def write_outputs(rows: list[dict[str, Any]], out: Path, meta: dict[str, Any]) -
     (out / "table.md").write_text(markdown_table(rows))
     title = f"{meta.get('episodes')} episodes per point, {meta.get('model')}"
     plot(rows, out / "chunking.png", title)
+
+
+def combine(folders: Sequence[Path]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Rows and metadata of several runs (e.g. one variant per process), in variant order. The runs must share
+    their metadata apart from the variants (same model, episodes, timing)."""
+    runs = [json.loads((Path(f) / "results.json").read_text()) for f in folders]
+    metas = [{k: v for k, v in r["meta"].items() if k != "variants"} for r in runs]
+    if any(m != metas[0] for m in metas[1:]):
+        raise ValueError("the runs differ in more than their variants; they cannot share one table")
+    order = {v.name: i for i, v in enumerate(VARIANTS)}
+    rows = sorted((row for r in runs for row in r["rows"]), key=lambda r: (order.get(r["variant"], 99), r["latency_s"]))
+    return rows, metas[0]

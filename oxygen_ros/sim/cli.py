@@ -122,8 +122,17 @@ def _expert(args: argparse.Namespace) -> int:
 
 
 def _chunking(args: argparse.Namespace) -> int:
-    from .chunking_study import VARIANTS, run_study, write_outputs
+    from .chunking_study import VARIANTS, combine, run_study, write_outputs
 
+    if args.combine:
+        try:
+            rows, meta = combine(args.combine)
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"oxygen-sim: {exc}", file=sys.stderr)
+            return 2
+        write_outputs(rows, args.out, meta)
+        print(json.dumps({"out": str(args.out), "rows": rows}))
+        return 0
     try:
         config, settings = load_params(args.params_file)
     except (ParamsFileError, ValueError, TypeError) as exc:
@@ -187,6 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="default: the file's (action_only gives the same actions without the text work)")
     ch.add_argument("--num-threads", type=int, help="torch CPU threads")
     ch.add_argument("--out", type=Path, default=ROOT / "docs" / "rtc", help="results.json, table.md, chunking.png")
+    ch.add_argument("--combine", type=Path, nargs="+", metavar="FOLDER",
+                    help="no new runs: one table and plot from earlier --out folders (e.g. one variant per process)")
     ch.add_argument("--quiet", action="store_true")
     ex = sub.add_parser("expert", help="the scripted expert's success rate on held-out seeds")
     ex.add_argument("--episodes", type=int, default=50)
