@@ -24,6 +24,7 @@ setup(
     entry_points={
         "console_scripts": [
             "oxygen_node = oxygen_ros.ros.main:main",
+            "oxygen_lifecycle_node = oxygen_ros.ros.main:lifecycle_main",
             "oxygen-bench = oxygen_ros.bench.cli:main",
             "oxygen-replay = oxygen_ros.replay.cli:main",
             "oxygen-sim = oxygen_ros.sim.cli:main",

@@ -3,15 +3,20 @@
     ros2 launch oxygen_ros oxygen.launch.py
     ros2 launch oxygen_ros oxygen.launch.py params_file:=/path/robot.yaml checkpoint:=/models/pi05_libero \
         namespace:=arm use_sim_time:=true
+    ros2 launch oxygen_ros oxygen.launch.py autostart:=false     # managed node left unconfigured
+    ros2 launch oxygen_ros oxygen.launch.py lifecycle:=false     # the plain node
 
 Arguments:
-    params_file   ROS 2 parameters YAML (default: the package's config/demo.yaml)
+    params_file   ROS 2 parameters YAML (default: the package's config/demo.yaml); must exist
     checkpoint    overrides the file's 'checkpoint' when not empty
-    namespace     namespace of the node (topics such as ~/action_chunk follow it)
+    namespace     namespace of the node; with the shipped YAMLs' relative topic names it moves the whole
+                  robot (cameras, joint states, trajectory, ~/ topics)
     use_sim_time  'true' to follow /clock (bag replay, simulation)
+    lifecycle     'true' (default): a managed node (ros2 lifecycle get/set /oxygen_node)
+    autostart     'true' (default): the managed node configures and activates itself at start
 
-Everything set here is reachable without launch: `oxygen_node --params-file FILE --ros-args
--p checkpoint:=DIR -p use_sim_time:=true -r __ns:=/NAMESPACE`.
+Everything set here is reachable without launch: `oxygen_node [--lifecycle [--autostart]] --params-file
+FILE --ros-args -p checkpoint:=DIR -p use_sim_time:=true -r __ns:=/NAMESPACE`.
 """
 
 import os
@@ -19,7 +24,9 @@ import os
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import Node
+from launch_ros.actions import LifecycleNode, Node
+
+from oxygen_ros.ros.launch_args import as_bool, check_params_file, node_arguments
 
 PACKAGE = "oxygen_ros"
 
@@ -33,29 +40,25 @@ def _default_params_file() -> str:
         return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "config", "demo.yaml")
 
 
-def _as_bool(text: str) -> bool:
-    value = text.strip().lower()
-    if value in ("true", "1", "yes", "on"):
-        return True
-    if value in ("false", "0", "no", "off", ""):
-        return False
-    raise ValueError(f"use_sim_time must be true or false, got {text!r}")
-
-
 def _node(context, *args, **kwargs):
     """Build the node once the arguments are known (an empty checkpoint must not override the file)."""
-    params_file = LaunchConfiguration("params_file").perform(context)
-    checkpoint = LaunchConfiguration("checkpoint").perform(context)
-    overrides = {"use_sim_time": _as_bool(LaunchConfiguration("use_sim_time").perform(context))}
-    if checkpoint:
-        overrides["checkpoint"] = checkpoint
+    def arg(name: str) -> str:
+        return LaunchConfiguration(name).perform(context)
+
+    params_file = check_params_file(arg("params_file"))  # a missing file stops launch with that message
+    lifecycle = as_bool("lifecycle", arg("lifecycle"))
+    overrides = {"use_sim_time": as_bool("use_sim_time", arg("use_sim_time"))}
+    if arg("checkpoint"):
+        overrides["checkpoint"] = arg("checkpoint")
+    node_class = LifecycleNode if lifecycle else Node
     return [
-        Node(
+        node_class(
             package=PACKAGE,
             executable="oxygen_node",
             name="oxygen_node",
-            namespace=LaunchConfiguration("namespace").perform(context),
+            namespace=arg("namespace"),
             parameters=[params_file, overrides],
+            arguments=node_arguments(lifecycle, as_bool("autostart", arg("autostart"))),
             output="screen",
             emulate_tty=True,
         )
@@ -66,11 +69,14 @@ def generate_launch_description() -> LaunchDescription:
     return LaunchDescription(
         [
             DeclareLaunchArgument("params_file", default_value=_default_params_file(),
-                                  description="ROS 2 parameters YAML for oxygen_node"),
+                                  description="ROS 2 parameters YAML for oxygen_node (must exist)"),
             DeclareLaunchArgument("checkpoint", default_value="",
                                   description="checkpoint folder; overrides the params file when not empty"),
-            DeclareLaunchArgument("namespace", default_value="", description="namespace of the node"),
+            DeclareLaunchArgument("namespace", default_value="", description="namespace of the node (moves the whole robot)"),
             DeclareLaunchArgument("use_sim_time", default_value="false", description="follow /clock (true/false)"),
+            DeclareLaunchArgument("lifecycle", default_value="true", description="a managed (lifecycle) node (true/false)"),
+            DeclareLaunchArgument("autostart", default_value="true",
+                                  description="configure and activate the managed node at start (true/false)"),
             OpaqueFunction(function=_node),
         ]
     )

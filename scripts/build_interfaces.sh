@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the oxygen_ros_msgs interface package (interfaces/oxygen_ros_msgs, sources in msg/) with
+# Build the oxygen_ros_msgs interface package (interfaces/oxygen_ros_msgs, sources in msg/ and action/) with
 # cmake and install it into a virtual environment that has the ROS 2 Kilted wheels of
 # requirements-ros.txt. Afterwards `from oxygen_ros_msgs.msg import ActionChunk` works in that
 # venv's Python with no extra environment variables.
@@ -102,6 +102,6 @@ if ! cmake --install "$build" >"$build/install.log" 2>&1; then
 fi
 
 log "checking the import"
-"$py" -c "from oxygen_ros_msgs.msg import ActionChunk, TextDelta; ActionChunk(); TextDelta()" \
+"$py" -c "from oxygen_ros_msgs.msg import ActionChunk, TextDelta; from oxygen_ros_msgs.action import Ask; ActionChunk(); TextDelta(); Ask.Goal()" \
   || die "oxygen_ros_msgs was installed but does not import in $py"
 log "done: oxygen_ros_msgs installed into $venv"

@@ -10,7 +10,7 @@ py="${PYTHON:-python3}"
 
 stamp="$venv/.oxygen_setup_stamp"
 inputs_hash="$(cat requirements.txt requirements-ros.txt setup.py setup.cfg package.xml \
-  scripts/setup.sh scripts/build_interfaces.sh $(find msg interfaces -type f 2>/dev/null | sort) \
+  scripts/setup.sh scripts/build_interfaces.sh $(find msg action interfaces -type f 2>/dev/null | sort) \
   | sha256sum | cut -d' ' -f1)"
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$inputs_hash" ]]; then
   exit 0

@@ -12,6 +12,9 @@ import random
 import shutil
 import sys
 import tempfile
+from typing import Iterator
+
+import pytest
 
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
 os.environ.pop("ROS_STATIC_PEERS", None)
@@ -32,3 +35,15 @@ def pytest_configure(config) -> None:  # noqa: ANN001 (pytest hook)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execvp("unshare", ["unshare", "-n", "--", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *argv])
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """Tiny models run fastest on one thread: on a busy 2-core machine a second intra-op thread only adds
+    barrier waits and spins against other processes. Restored for the other test modules."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

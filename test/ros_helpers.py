@@ -114,9 +114,9 @@ class NodeProcess:
     code (the process is killed if it does not exit within the timeout, and the code is then negative).
     """
 
-    def __init__(self, params_files: Sequence[str | Path], ros_args: Sequence[str] = (), module: str = "oxygen_ros.ros.main",
-                 **env: str) -> None:  # fmt: skip
-        self.args = [sys.executable, "-m", module]
+    def __init__(self, params_files: Sequence[str | Path], ros_args: Sequence[str] = (), flags: Sequence[str] = (),
+                 module: str = "oxygen_ros.ros.main", **env: str) -> None:
+        self.args = [sys.executable, "-m", module, *flags]  # flags: e.g. --lifecycle --autostart
         for path in params_files:
             self.args += ["--params-file", str(path)]
         if ros_args:
@@ -146,12 +146,19 @@ class NodeProcess:
         except subprocess.TimeoutExpired:
             return None
 
-    def stop(self, timeout: float = 20.0, sig: int = signal.SIGINT, executor: Executor | None = None) -> int:
+    def stop(self, timeout: float = 20.0, sig: int = signal.SIGINT, executor: Executor | None = None,
+             repeat_after: float | None = None) -> int:
         """Send `sig` and wait for the exit code. Pass the test's executor to keep spinning meanwhile: the node
-        waits for its last reliable messages to be acknowledged, which a reader that is not taken may delay."""
+        waits for its last reliable messages to be acknowledged, which a reader that is not taken may delay.
+        `repeat_after` sends the signal a second time that many seconds later (as `ros2 launch` forwards
+        the Ctrl-C its terminal already delivered)."""
         assert self.process is not None
         if self.process.poll() is None:
             self.process.send_signal(sig)
+            if repeat_after is not None:
+                time.sleep(repeat_after)  # the interval under test, not a wait for a condition
+                if self.process.poll() is None:
+                    self.process.send_signal(sig)
             if executor is not None:
                 spin_until(executor, lambda: self.process.poll() is not None, timeout)  # type: ignore[union-attr]
             if self.wait(0 if executor is not None else timeout) is None:
@@ -203,15 +210,22 @@ class FakeRuntime:
         self.image_size = 56
         self.action_dim = action_dim
         self.state_dim = state_dim
+        self.needs_state = False
+        self.image_slot_names = tuple(f"slot_{i}" for i in range(slots))
+        self.last_prompt_truncated = False
         self.frames: list[dict[str, Any]] = []
         self.fail_next = False
         self.closed = False
         self.decode_calls: list[tuple[float, float | None, int]] = []  # (when, deadline, ticks so far)
         self.step_calls: list[tuple[float | None, float]] = []  # (step period, expected latency) of each step
         self.forgotten = 0
-        h = config.horizon
+        h = config.horizon or 10
+        self.horizon = h
         self._actions = (scale * np.outer(np.arange(1, h + 1), np.arange(1, action_dim + 1))).astype("float32")
         self._ticks = 0
+
+    def describe(self) -> str:
+        return "model: fake runtime"
 
     @classmethod
     def loader(cls, **kwargs: Any) -> Callable[[Any], "FakeRuntime"]:
@@ -235,7 +249,7 @@ class FakeRuntime:
 
     @property
     def n_action_steps(self) -> int:
-        return self.config.n_action_steps or self.config.horizon
+        return self.config.n_action_steps or self.horizon
 
     def forget_chunk(self) -> None:
         self.forgotten += 1
@@ -257,6 +271,21 @@ class FakeRuntime:
 
     def close(self) -> list[Any]:
         self.closed = True
+        return []
+
+    # The ~/ask surface: questions are refused (the fake decodes no text).
+    def question_tokens(self, question: str) -> list[int]:
+        return [1] * len(question.split())
+
+    def question_refusal(self, n_tokens: int, max_tokens: int) -> str | None:
+        return "the fake runtime decodes no text"
+
+    def ask(self, tokens: Sequence[int], max_tokens: int) -> int:
+        from oxygen_ros.engine import QuestionRefused
+
+        raise QuestionRefused("the fake runtime decodes no text")
+
+    def cancel(self, request_id: int) -> list[Any]:
         return []
 
     def stats(self) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import pytest
 import torch
@@ -19,6 +19,7 @@ from oxygen_ros.model.checkpoint import (
     read_config,
     save_checkpoint,
 )
+from oxygen_ros.model.precision import cast_for_inference
 from oxygen_ros.model.config import PI05, TINY, ModelConfig
 from oxygen_ros.model.key_maps import (
     config_from_lerobot,
@@ -29,6 +30,8 @@ from oxygen_ros.model.key_maps import (
 )
 from oxygen_ros.model.normalize import load_norm_stats
 from oxygen_ros.model.vla import Pi05Model
+
+from layouts import random_model
 
 LAYOUTS = ("openpi", "lerobot", "oxygen")
 REAL_LAYOUTS = ("openpi", "lerobot")
@@ -51,16 +54,6 @@ CUSTOM = ModelConfig.from_dict(
         "prefix_attention": "bidirectional",
     }
 )
-
-
-def random_model(config: ModelConfig, seed: int = 0) -> Pi05Model:
-    """Every parameter random (norm weights too), so any mixed-up key changes the outputs."""
-    model = Pi05Model(config)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
-    return model.eval()
 
 
 def run(model: Pi05Model) -> tuple[torch.Tensor, ...]:
@@ -93,13 +86,7 @@ def assert_same(a: tuple[torch.Tensor, ...], b: tuple[torch.Tensor, ...]) -> Non
         assert x.dtype == y.dtype and torch.equal(x, y)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """The models here are tiny: a second intra-op thread only adds barrier waits on a shared 2-core box."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
@@ -140,9 +127,12 @@ def test_round_trip_reproduces_outputs_exactly(tmp_path: Path, layout: str, conf
 
 @pytest.mark.parametrize("layout", REAL_LAYOUTS)
 def test_bfloat16_loading_matches_a_bfloat16_model(tmp_path: Path, tiny: Pi05Model, layout: str) -> None:
-    loaded = load_checkpoint(saved(tmp_path, tiny, layout), dtype=torch.bfloat16)
-    assert loaded.model.dtype == torch.bfloat16
-    assert_same(run(to_bfloat16(tiny)), run(loaded.model))
+    directory = saved(tmp_path, tiny, layout)
+    loaded = load_checkpoint(directory, dtype=torch.bfloat16)
+    assert loaded.model.dtype == torch.bfloat16 and loaded.islands == layout  # the framework's float32 islands
+    assert_same(run(cast_for_inference(copy.deepcopy(tiny), torch.bfloat16, layout)), run(loaded.model))  # type: ignore[arg-type]
+    plain = load_checkpoint(directory, dtype=torch.bfloat16, float32_islands="none")
+    assert_same(run(to_bfloat16(tiny)), run(plain.model))
 
 
 def test_bfloat16_checkpoint_declares_precision_and_loads_in_float32(tmp_path: Path, tiny: Pi05Model) -> None:

@@ -3,8 +3,11 @@ execution horizon and the runtime's use of them."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
+
 from oxygen_ros.runtime import PolicyRuntime, RuntimeConfig
 from oxygen_ros.runtime.alignment import ChunkTooLate, align_chunk, aligned_trajectory, delay_steps, replan_due
 from oxygen_ros.runtime.chunking import RealTimeChunker, RtcSettings
@@ -105,7 +108,7 @@ def test_runtime_guides_each_chunk_toward_the_previous_one() -> None:
 def test_n_action_steps_resolution_and_validation() -> None:
     rt = _runtime(horizon=8)
     assert rt.n_action_steps == 8
-    rt.checkpoint_n_action_steps = 5
+    rt.checkpoint_info = dataclasses.replace(rt.checkpoint_info, n_action_steps=5)  # as a LeRobot config records it
     assert rt.n_action_steps == 5
     rt.config.n_action_steps = 3
     assert rt.n_action_steps == 3

@@ -181,3 +181,17 @@ def test_msg_dir_falls_back_to_the_repository(monkeypatch, tmp_path):
 def test_missing_definitions_raise_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="ActionChunk.msg"):
         oxygen_types(tmp_path)
+
+
+def test_ask_action_is_built_from_the_repository_definition():
+    """The installed Ask.action equals action/Ask.action (a stale build fails here) and its types import."""
+    from oxygen_ros_msgs.action import Ask
+
+    installed = Path(sys.prefix) / "share" / "oxygen_ros_msgs" / "action" / "Ask.action"
+    repo = Path(__file__).resolve().parents[1] / "action" / "Ask.action"
+    if installed.is_file():
+        assert installed.read_text() == repo.read_text(), "re-run scripts/build_interfaces.sh"
+    goal, result, feedback = Ask.Goal(question="q", max_tokens=3), Ask.Result(), Ask.Feedback()
+    assert (goal.question, goal.max_tokens) == ("q", 3)
+    assert {"answer", "finish_reason", "message", "frame_stamp", "frame_seq", "request_id"} <= set(result.get_fields_and_field_types())
+    assert {"text", "token_ids", "seq"} <= set(feedback.get_fields_and_field_types())

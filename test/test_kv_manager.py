@@ -220,3 +220,35 @@ def test_thousand_frames_no_leak():
     s = m.stats()
     assert s.used_bytes == 0 and s.live_requests == 0 and s.live_prefixes == 0
     assert pool.largest_free_run == pool.capacity_tokens - m.reserve_tokens  # fully coalesced
+
+
+def test_refusal_preview_says_why_without_changing_anything():
+    m = make(100, reserve=10, admission="refuse")
+    assert "too large" in m.refusal(85, prefix_tokens=8)  # never fits next to a prefix in the 90-token arena
+    assert m.refusal(40, prefix_tokens=8) is None
+    p = m.new_prefix(8, 0, 0)
+    r = m.submit("a", p, [1], 59, 0, 0).request  # 60 tokens held: 22 free in the arena
+    assert "no KV memory" in m.refusal(20, prefix_tokens=8)
+    assert m.refusal(20, prefix_tokens=8, pending_tokens=0) == m.refusal(20, 8)
+    assert m.stats().waiting == 0 and m.stats().refused_total == 0  # a preview refuses nothing
+    waiting = make(100, reserve=10, admission="wait", max_waiting=1)
+    q = waiting.new_prefix(8, 0, 0)
+    waiting.submit("a", q, [1], 59, 0, 0)
+    assert waiting.refusal(20, prefix_tokens=8) is None  # it would wait
+    assert waiting.submit("b", q, [1], 22, 0, 0).status == "waiting"  # 23 tokens, 22 free
+    assert "queue full" in waiting.refusal(20, prefix_tokens=8)
+    m.finish(r, "eos")
+    m.release(p)
+
+
+def test_reserved_ids_and_cancelling_a_waiting_spec():
+    m = make(100, reserve=10, admission="wait")
+    rid = m.new_request_id()
+    p = m.new_prefix(8, 0, 0)
+    big = m.submit("a", p, [1], 70, 0, 0)
+    queued = m.submit("ask", p, [1, 2], 30, 0, 0, request_id=rid)
+    assert queued.status == "waiting" and queued.request_id == rid and m.waiting_ids() == [rid]
+    assert big.request_id != rid
+    assert m.cancel_waiting(rid).task == "ask" and m.waiting_ids() == [] and m.cancel_waiting(rid) is None
+    m.close()
+    assert m.stats().used_bytes == 0

@@ -15,11 +15,12 @@ import pytest
 import yaml
 
 from oxygen_ros.ros import params as P
-from oxygen_ros.ros.main import main, ros_arguments
+from oxygen_ros.ros.launch_args import LaunchArgumentError, as_bool, check_params_file, node_arguments
+from oxygen_ros.ros.main import main, parse_options, ros_arguments
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCH = REPO / "launch" / "oxygen.launch.py"
-ARGUMENTS = {"params_file", "checkpoint", "namespace", "use_sim_time"}
+ARGUMENTS = {"params_file", "checkpoint", "namespace", "use_sim_time", "lifecycle", "autostart"}
 
 
 def _declared_arguments(tree: ast.AST) -> set[str]:
@@ -55,13 +56,38 @@ def test_launch_description_builds():  # pragma: no cover - needs a ROS installa
     description = module.generate_launch_description()
     declared = {e.name for e in description.entities if isinstance(e, DeclareLaunchArgument)}
     assert declared == ARGUMENTS
-    context = LaunchContext()
-    context.launch_configurations.update(
-        params_file=str(REPO / "config" / "demo.yaml"), checkpoint="/ckpt", namespace="arm", use_sim_time="true"
-    )
+    from launch_ros.actions import LifecycleNode
+
     opaque = next(e for e in description.entities if isinstance(e, OpaqueFunction))
+    context = LaunchContext()
+    settings = dict(params_file=str(REPO / "config" / "demo.yaml"), checkpoint="/ckpt", namespace="arm",
+                    use_sim_time="true", lifecycle="true", autostart="true")
+    context.launch_configurations.update(settings)
     (node,) = opaque.execute(context)
+    assert isinstance(node, LifecycleNode)
     assert node.node_package == "oxygen_ros" and node.node_executable == "oxygen_node"
+    context.launch_configurations.update(lifecycle="false")
+    (node,) = opaque.execute(context)
+    assert not isinstance(node, LifecycleNode)
+    context.launch_configurations.update(params_file="/no/such/robot.yaml")
+    with pytest.raises(LaunchArgumentError, match="params_file '/no/such/robot.yaml' does not exist"):
+        opaque.execute(context)
+
+
+def test_launch_arguments_are_checked(tmp_path):
+    with pytest.raises(LaunchArgumentError, match="does not exist"):
+        check_params_file(str(tmp_path / "missing.yaml"))
+    with pytest.raises(LaunchArgumentError, match="params_file is empty"):
+        check_params_file("")
+    real = tmp_path / "robot.yaml"
+    real.write_text("/**: {ros__parameters: {}}\n")
+    assert check_params_file(str(real)) == str(real)
+    assert as_bool("lifecycle", "True") is True and as_bool("autostart", "off") is False
+    with pytest.raises(LaunchArgumentError, match="autostart must be true or false"):
+        as_bool("autostart", "maybe")
+    assert node_arguments(False, True) == [] and node_arguments(True, False) == ["--lifecycle"]
+    assert node_arguments(True, True) == ["--lifecycle", "--autostart"]
+    assert parse_options(["x", *node_arguments(True, True), "--ros-args", "-r", "__ns:=/arm"]).autostart
 
 
 # ---------------------------------------------------------------------------------------- configs
@@ -76,6 +102,29 @@ def test_config_files_name_only_known_parameters(name):
     values = _ros_params(REPO / "config" / name)
     unknown = set(values) - set(P.SPECS) - {"use_sim_time"}
     assert not unknown, f"{name}: unknown parameters {sorted(unknown)}"
+
+
+@pytest.mark.parametrize("name", ["demo.yaml", "pi05_robot.yaml"])
+def test_config_topics_are_relative_so_a_namespace_moves_the_robot(name):
+    values = _ros_params(REPO / "config" / name)
+    topics = [t for t in values["camera_topics"] if t] + [values[k] for k in ("joint_state_topic", "trajectory_topic")]
+    assert all(not t.startswith("/") for t in topics), topics
+    assert values["instruction_topic"].startswith("~/")
+    assert "namespace" in (REPO / "config" / name).read_text()  # documented where it is set
+
+
+def test_package_xml_declares_ros_and_python_dependencies():
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(REPO / "package.xml").getroot()
+    deps = {e.text for e in root if e.tag in ("depend", "exec_depend")}
+    ros = {"rclpy", "rcl_interfaces", "ament_index_python", "lifecycle_msgs", "action_msgs", "oxygen_ros_msgs"}
+    python = {"python3-torch", "python3-numpy", "python3-yaml", "python3-pil", "python3-matplotlib",
+              "python3-transformers-pip", "python3-rosbags-pip"}
+    assert ros | python <= deps, sorted((ros | python) - deps)
+    readme = (REPO / "README.md").read_text()
+    for no_key in ("safetensors", "sentencepiece"):  # no rosdep key: the README says how to get them
+        assert f"`{no_key}`" in readme
 
 
 def test_demo_config_is_valid_and_as_documented():
@@ -102,6 +151,9 @@ def test_robot_config_documents_every_parameter_and_is_valid_once_filled_in():
     assert "FILL IN" in path.read_text()
     filled = {k: v for k, v in values.items() if k != "use_sim_time"} | {"checkpoint": "", "tokenizer": ""}
     assert P.validate_values(filled) == []
+    # The example is openpi's pi05_libero: trained with discrete_state_input=False (no state in the prompt).
+    assert "libero" in values["checkpoint"] and values["prompt_format"] == "pi05"
+    assert values["horizon"] == 0 and values["norm_mode"] == "auto"  # the checkpoint's chunk length and statistics
 
 
 def test_setup_installs_launch_config_and_the_console_script():
@@ -121,6 +173,13 @@ def test_plain_params_file_becomes_ros_arguments():
     assert ros_arguments(["x"]) == ["x"]
 
 
+def test_lifecycle_flags(capsys):
+    options = parse_options(["oxygen_node", "--lifecycle", "--params-file", "a.yaml"])
+    assert options.lifecycle and not options.autostart and options.args == ["oxygen_node", "--ros-args", "--params-file", "a.yaml"]
+    assert main(["oxygen_node", "--autostart"]) == 2
+    assert "--autostart needs --lifecycle" in capsys.readouterr().err
+
+
 def test_bad_command_lines_exit_2_and_help_exits_0(capsys):
     assert main(["oxygen_node", "--bogus"]) == 2
     assert "unknown argument '--bogus'" in capsys.readouterr().err
@@ -128,3 +187,20 @@ def test_bad_command_lines_exit_2_and_help_exits_0(capsys):
     assert "--params-file needs a path" in capsys.readouterr().err
     assert main(["oxygen_node", "--help"]) == 0
     assert "--params-file PATH" in capsys.readouterr().out
+
+
+def test_a_repeated_signal_within_the_window_is_the_same_request(monkeypatch):
+    from oxygen_ros.ros import main as main_module
+
+    exits: list[int] = []
+    monkeypatch.setattr(main_module.os, "_exit", exits.append)
+    clock = iter([100.0, 100.05, 100.9, 101.5])
+    monkeypatch.setattr(main_module.time, "monotonic", lambda: next(clock))
+    request = main_module.ShutdownRequest(window_s=1.0)
+    request.on_signal(2, None)
+    assert request.event.is_set() and exits == []
+    request.on_signal(2, None)  # launch forwarding the terminal's Ctrl-C 50 ms later
+    request.on_signal(15, None)
+    assert exits == []
+    request.on_signal(2, None)  # 1.5 s later: the user insists
+    assert exits == [130]

@@ -90,15 +90,19 @@ def test_mean_std_mode() -> None:
         Normalizer(stats, mode="minmax")  # type: ignore[arg-type]
 
 
-def test_dimension_errors(normalizer: Normalizer) -> None:
-    with pytest.raises(NormStatsError, match="state has 2 values but the norm stats describe 3"):
-        normalizer.normalize_state([0.0, 1.0])
-    with pytest.raises(NormStatsError, match="state has 4 values"):
+def test_dimension_errors_and_wider_stats(normalizer: Normalizer) -> None:
+    with pytest.raises(NormStatsError, match="state has 4 values but the norm stats describe only 3"):
         normalizer.normalize_state([0.0, 1.0, 2.0, 3.0])
-    with pytest.raises(NormStatsError, match="actions have 1 dimensions but the norm stats describe 2"):
-        normalizer.unnormalize_actions(np.zeros((10, 1)))
     with pytest.raises(NormStatsError, match="non-finite"):
         normalizer.normalize_state([0.0, float("nan"), 0.0])
+    # Wider statistics: their leading entries, as openpi's Normalize slices q01[..., :x.shape[-1]].
+    q01, q99 = np.asarray(STATE["q01"][:2]), np.asarray(STATE["q99"][:2])
+    x = np.array([0.5, 7.0])
+    expected = (x - q01) / (q99 - q01 + 1e-6) * 2.0 - 1.0
+    np.testing.assert_allclose(normalizer.normalize_state(x), expected, rtol=1e-6)
+    a = np.full((10, 1), 0.5)
+    aq01, aq99 = ACTIONS["q01"][0], ACTIONS["q99"][0]
+    np.testing.assert_allclose(normalizer.unnormalize_actions(a), (a + 1.0) / 2.0 * (aq99 - aq01 + 1e-6) + aq01)
 
 
 def test_clipped_state_feeds_digitization(normalizer: Normalizer) -> None:

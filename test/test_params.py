@@ -58,7 +58,9 @@ def test_every_runtime_field_is_a_parameter():
         ({"control_rate_hz": -5.0}, "control_rate_hz must be > 0"),
         ({"control_rate_hz": "fast"}, "control_rate_hz: expected float"),
         ({"max_observation_age_s": float("nan")}, "must be finite"),
-        ({"horizon": 0}, "horizon must be >= 1"),
+        ({"horizon": -1}, "horizon must be >= 0"),
+        ({"camera_features": ["base_0_rgb"]}, "camera_features must be empty or name one feature per camera_topics"),
+        ({"camera_features": ["base_0_rgb", "top", "right_wrist_0_rgb"]}, "unknown image feature 'top'"),
         ({"engine_mode": "turbo"}, "engine_mode must be one of"),
         ({"dtype": "float16"}, "dtype must be one of"),
         ({"device": "tpu"}, "device must be 'cpu'"),
@@ -73,7 +75,7 @@ def test_every_runtime_field_is_a_parameter():
         ({"joint_limits_lower": [0.0] * 3, "joint_limits_upper": [1.0] * 3}, "one entry per joint name"),
         ({"joint_limits_lower": [1.0] * 7, "joint_limits_upper": [0.0] * 7}, "joint_limits_lower > joint_limits_upper"),
         ({"joint_names": ["a", "a"]}, "joint_names must be unique"),
-        ({"joint_names": []}, "'pi05_state' puts the joint state in the prompt"),
+        ({"joint_names": [], "prompt_format": "pi05_state"}, "'pi05_state' puts the joint state in the prompt"),
         ({"checkpoint": "/no/such/checkpoint"}, "checkpoint: /no/such/checkpoint does not exist"),
         ({"no_such_parameter": 1}, "unknown parameters ['no_such_parameter']"),
         ({"n_action_steps": -1}, "n_action_steps must be >= 0"),
@@ -147,10 +149,45 @@ def test_bad_start_up_values_raise_config_error():
 
 
 def test_integer_override_for_a_double_is_accepted():
-    node, _ = make_node(control_rate_hz=8)
+    node, _ = make_node(control_rate_hz=8, joint_limits_lower=[-1] * 7, joint_limits_upper=[1] * 7)
     try:
         assert node.settings.control_rate_hz == 8.0
         assert node._control_timer.timer_period_ns == 125_000_000
+        assert node.get_parameter("control_rate_hz").type_ == Parameter.Type.DOUBLE  # converted, not retyped
+        assert node.get_parameter("joint_limits_lower").type_ == Parameter.Type.DOUBLE_ARRAY
+    finally:
+        node.destroy_node()
+
+
+def test_declared_types_are_kept_when_set():
+    node, _ = make_node()
+    try:
+        done = node.set_parameters([Parameter("control_rate_hz", value=3)])[0]  # `ros2 param set ... 3`
+        assert done.successful, done.reason
+        param = node.get_parameter("control_rate_hz")
+        assert param.type_ == Parameter.Type.DOUBLE and param.value == 3.0 and node.settings.control_rate_hz == 3.0
+        for wrong in (True, "3", [3.0]):
+            result = node.set_parameters([Parameter("control_rate_hz", value=wrong)])[0]
+            assert not result.successful and "Wrong parameter type" in result.reason, wrong
+        done = node.set_parameters_atomically([Parameter("joint_limits_lower", value=[-2] * 7),
+                                               Parameter("joint_limits_upper", value=[2] * 7)])
+        assert done.successful, done.reason
+        assert node.get_parameter("joint_limits_lower").type_ == Parameter.Type.DOUBLE_ARRAY
+        assert node.set_parameters([Parameter("max_instruction_chars", value=12.0)])[0].successful is False
+    finally:
+        node.destroy_node()
+
+
+def test_every_parameter_has_a_typed_value_empty_lists_included():
+    node, _ = make_node()
+    try:
+        for spec in P.PARAMS:
+            param = node.get_parameter(spec.name)
+            assert param.type_ != Parameter.Type.NOT_SET, spec.name
+            assert param.type_.value == spec.descriptor().type, spec.name
+        assert list(node.get_parameter("task_stop").value) == [] and list(node.get_parameter("camera_widths").value) == []
+        # Still read-only once set to its empty value.
+        assert not node.set_parameters([Parameter("camera_widths", value=[1, 2, 3])])[0].successful
     finally:
         node.destroy_node()
 
@@ -174,7 +211,7 @@ def test_running_node_refuses_bad_values_and_applies_good_ones():
         refused = node.set_parameters([Parameter("engine_mode", value="sequential")])[0]
         assert not refused.successful and "read-only" in refused.reason
         refused = node.set_parameters([Parameter("max_observation_age_s", value="old")])[0]
-        assert not refused.successful and "expected float" in refused.reason
+        assert not refused.successful and "Wrong parameter type" in refused.reason  # declared types are kept
         assert node.settings.control_rate_hz == 5.0
 
         done = node.set_parameters_atomically([

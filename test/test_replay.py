@@ -65,16 +65,7 @@ def decoded(path: Path) -> dict[str, list[tuple[int, object]]]:
     return out
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """The tiny model is fastest on one thread, and on a busy 2-core machine several threads spin against
-    other processes (a replay went from 0.5 s to 4 s); restored for the other test modules."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # a replay went from 0.5 s to 4 s with more threads
 
 
 @pytest.fixture(scope="module")

@@ -151,14 +151,15 @@ def test_incremental_decoder_leading_space_option(tok: Tokenizer) -> None:
 
 
 def expected_bins(values: list[float]) -> list[int]:
-    """256 equal bins over [-1, 1], computed without np.digitize; out-of-range values go to the end bins."""
-    return [min(255, max(0, math.floor((v + 1.0) * 128.0))) for v in values]
+    """256 equal bins over [-1, 1], computed without np.digitize. As in openpi and LeRobot (no clipping), a value
+    below -1 is bin -1 and a value at or above 1 is the last bin."""
+    return [-1 if v < -1.0 else min(255, math.floor((v + 1.0) * 128.0)) for v in values]
 
 
 def test_discretize_state_matches_independent_binning() -> None:
     values = [-1.0, -0.3, -0.0039, 0.0, 0.5, 0.99, 1.0, -1.5, 2.0]
     got = discretize_state(np.array(values)).tolist()
-    assert got == expected_bins(values) == [0, 89, 127, 128, 192, 254, 255, 0, 255]
+    assert got == expected_bins(values) == [0, 89, 127, 128, 192, 254, 255, -1, 255]
     rng = np.random.default_rng(0)
     many = rng.uniform(-1, 1, size=200)
     assert discretize_state(many).tolist() == expected_bins(many.tolist())
@@ -219,3 +220,66 @@ def test_continuation_tokens_have_no_bos(tok: Tokenizer) -> None:
     assert ids and ids[0] != tok.bos_id
     assert ids == tok.encode("Subtask: grasp the handle")
     assert continuation_tokens(tok, "") == []
+
+
+# ------------------------------------------------------------------------------ Hugging Face folders
+@pytest.fixture(scope="module")
+def hf_folder(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Path:
+    """The trained SentencePiece model converted to tokenizer.json by transformers (GemmaConverter)."""
+    import shutil
+
+    from transformers import GemmaTokenizer
+
+    source = tmp_path_factory.mktemp("sp")
+    shutil.copy(model_path, source / "tokenizer.model")
+    hf = GemmaTokenizer.from_pretrained(source, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>")
+    out = tmp_path_factory.mktemp("hf")
+    hf.save_pretrained(out)
+    return out
+
+
+TEXTS = [
+    "Task: pick up the red cube, State: 12 -1 255;\nAction: ",
+    "  two  spaces, tabs\tand_underscores\n\n",
+    "héllo wörld: ünïcode, 日本語 and 🤖 through byte fallback",
+    "Memory: the cup was moved 3 times.",
+]
+
+
+def test_hugging_face_folder_gives_the_same_ids_and_text(tok: Tokenizer, hf_folder: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from oxygen_ros.model.tokenizer_hf import HFTokenizer, load_tokenizer
+
+    hf = load_tokenizer(hf_folder)
+    assert isinstance(hf, HFTokenizer)
+    assert (hf.bos_id, hf.eos_id, hf.pad_id, hf.unk_id) == (tok.bos_id, tok.eos_id, tok.pad_id, tok.unk_id)
+    assert hf.strips_leading_space == tok.strips_leading_space is False
+    auto = AutoTokenizer.from_pretrained(hf_folder)  # what LeRobot's TokenizerProcessorStep loads
+    for text in TEXTS:
+        ids = tok.encode(text, add_bos=True)
+        assert hf.encode(text, add_bos=True) == ids
+        assert auto(text, add_special_tokens=False)["input_ids"] == ids[1:]
+        assert hf.decode(ids) == tok.decode(ids) == text
+        stream = IncrementalDecoder(hf)
+        assert "".join(stream.push(i) for i in ids[1:]) + stream.flush() == text
+        assert [hf.piece_bytes(i) for i in ids] == [tok.piece_bytes(i) for i in ids]
+    assert load_tokenizer(hf_folder / "tokenizer.json").encode(TEXTS[0]) == tok.encode(TEXTS[0])
+
+
+def test_load_tokenizer_forms_and_errors(tmp_path: Path, model_path: Path) -> None:
+    import shutil
+
+    from oxygen_ros.model.tokenizer_hf import load_tokenizer
+
+    assert type(load_tokenizer(model_path)) is Tokenizer
+    folder = tmp_path / "openpi"
+    folder.mkdir()
+    shutil.copy(model_path, folder / "paligemma_tokenizer.model")
+    assert type(load_tokenizer(folder)) is Tokenizer
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TokenizerError, match="no tokenizer.json or paligemma_tokenizer.model"):
+        load_tokenizer(tmp_path / "empty")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(TokenizerError, match="not a valid tokenizers file"):
+        load_tokenizer(tmp_path / "bad.json")

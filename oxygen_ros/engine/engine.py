@@ -19,6 +19,7 @@ from oxygen_ros.model.rtc import sample_actions_rtc
 from oxygen_ros.model.tokenizer import Tokenizer
 from oxygen_ros.model.vla import Pi05Model
 
+from .questions import ASK_TASK, Question, QuestionQueue, QuestionRefused
 from .text_stream import TextStream
 from .types import ChunkGuide, FrameInput, TextEvent, TextTask, TickResult
 
@@ -59,6 +60,7 @@ class Engine:
         max_waiting: int = 64,
         ignore_eos: bool = False,
         seed: int = 0,
+        max_questions: int = 32,
     ) -> None:
         self.model = model
         self.config = model.config
@@ -68,18 +70,22 @@ class Engine:
             raise ValueError(f"text task names must be unique, got {names}")
         self.tokenizer = tokenizer
         self.ignore_eos = ignore_eos
-        self._settings = dict(kv_budget_bytes=kv_budget_bytes, admission=admission, max_waiting=max_waiting, seed=seed)
+        self._settings = dict(kv_budget_bytes=kv_budget_bytes, admission=admission, max_waiting=max_waiting, seed=seed,
+                              max_questions=max_questions)
         b = self.config.backbone
         pool = KVPool.from_budget_bytes(kv_budget_bytes, b.depth, b.num_kv_heads, b.head_dim, model.dtype, model.device)
         self.kv = KVCacheManager(pool, self.config.max_prefix_tokens, admission, max_waiting)  # type: ignore[arg-type]
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
         self._streams: dict[int, TextStream] = {}
+        self.questions = QuestionQueue(max_questions)
+        self._question_stops: dict[int, tuple[str, ...]] = {}  # stop strings of asked questions, by request id
         self._seq: dict[int, int] = {}
         self._ticks = 0
         self._decode_steps = 0
         self._tokens = 0
         self._last = {"prefill": 0.0, "action": 0.0, "decode": 0.0}
         self._last_batch = 0
+        self._prefix_tokens = self.config.max_prefix_tokens  # size of the latest frame prefix (the bound until then)
 
     # ------------------------------------------------------------------------------------------ frames
     def prefill(self, frame: FrameInput) -> tuple[SharedPrefix, float]:
@@ -93,6 +99,7 @@ class Engine:
                 frame.images, frame.image_mask, frame.prompt_tokens, pool.view_k(prefix.extent), pool.view_v(prefix.extent)
             )
             assert out.length == prefix.length
+            self._prefix_tokens = prefix.length
             _sync(self.model.device)
         except BaseException:
             self.kv.release(prefix)
@@ -138,18 +145,26 @@ class Engine:
             self._begin(request)
             result.started.append((request.id, request.task))
         for task in tasks:
-            admission = self.kv.submit(task.name, prefix, list(task.continuation), task.max_tokens, frame.frame_seq, frame.stamp_ns)
-            if admission.status == "admitted":
-                self._begin(admission.request)
-                result.started.append((admission.request_id, task.name))
-            elif admission.status == "waiting":
-                result.waiting.append((admission.request_id, task.name))
-            else:
-                result.refused.append((admission.request_id, task.name, admission.reason))
-            for spec in admission.dropped:
-                result.refused.append((spec.id, spec.task, "queue_full"))
+            self._submit(result, prefix, frame, task.name, list(task.continuation), task.max_tokens)
+        for question in self.questions.take_all():  # asked since the last tick: forked from this frame
+            self._submit(result, prefix, frame, ASK_TASK, list(question.continuation), question.max_tokens, question.id)
         result.text_start_s = time.perf_counter() - t0
         return result
+
+    def _submit(self, result: TickResult, prefix: SharedPrefix, frame: FrameInput, task: str, continuation: list[int],
+                max_tokens: int, request_id: int | None = None) -> None:
+        admission = self.kv.submit(task, prefix, continuation, max_tokens, frame.frame_seq, frame.stamp_ns, request_id)
+        if admission.status == "admitted":
+            self._begin(admission.request)
+            result.started.append((admission.request_id, task))
+        elif admission.status == "waiting":
+            result.waiting.append((admission.request_id, task))
+        else:
+            self._question_stops.pop(admission.request_id, None)
+            result.refused.append((admission.request_id, task, admission.reason))
+        for spec in admission.dropped:
+            self._question_stops.pop(spec.id, None)
+            result.refused.append((spec.id, spec.task, "queue_full"))
 
     def tick(
         self, frame: FrameInput, noise: torch.Tensor | None = None, tasks: Sequence[TextTask] | None = None
@@ -163,7 +178,8 @@ class Engine:
         prefix, prefill_s = self.prefill(frame)
         try:
             actions, action_s = self.act(prefix, noise, frame.guide)
-            result = self.start_requests(prefix, frame, due) if (due or self.kv.waiting_count) else None
+            wanted = due or self.kv.waiting_count or len(self.questions)
+            result = self.start_requests(prefix, frame, due) if wanted else None
         finally:
             self.kv.release(prefix)  # text requests hold their own references
         self._last["prefill"], self._last["action"] = prefill_s, action_s
@@ -176,7 +192,8 @@ class Engine:
         """Register a started request. Its continuation prompt is fed by the next decode step, batched with
         everything else, so the tick's critical path ends with the action chunk."""
         task = next((t for t in self.tasks if t.name == request.task), None)
-        self._streams[request.id] = TextStream(self.tokenizer, task.stop if task else ())
+        stop = self._question_stops.pop(request.id, ()) if request.task == ASK_TASK else (task.stop if task else ())
+        self._streams[request.id] = TextStream(self.tokenizer, stop)
         self._seq[request.id] = 0
 
     @property
@@ -246,9 +263,58 @@ class Engine:
             events += self.decode_step()
         return events
 
+    # ---------------------------------------------------------------------------------------- questions
+    def question_refusal(self, n_continuation: int, max_tokens: int) -> str | None:
+        """Why a question of this size would be refused now, or None. Reads counters only, so another thread
+        may ask before handing the question over (the engine's own `ask` decides for good)."""
+        if n_continuation < 1 or max_tokens < 1:
+            return f"a question needs at least one prompt token and max_tokens >= 1 (got {n_continuation}, {max_tokens})"
+        if self.questions.full():
+            return f"queue full: {len(self.questions)} questions already wait for the next frame"
+        return self.kv.refusal(n_continuation + max_tokens, self._prefix_tokens, self.questions.tokens_needed)
+
+    def ask(self, continuation: Sequence[int], max_tokens: int, stop: Sequence[str] = ()) -> int:
+        """Queue a question for the next tick, which forks it from that frame's prefix after the action chunk.
+
+        Returns its request id (its TextEvents carry it, task ``ask``); raises QuestionRefused with the reason.
+        The next tick may still refuse it (KV memory, queue): then its id is in that TickResult's ``refused``.
+        """
+        reason = self.question_refusal(len(continuation), max_tokens)
+        if reason:
+            raise QuestionRefused(reason)
+        question = Question(self.kv.new_request_id(), tuple(int(t) for t in continuation), int(max_tokens), tuple(stop))
+        self.questions.push(question)
+        if question.stop:
+            self._question_stops[question.id] = question.stop
+        return question.id
+
+    def cancel(self, request_id: int) -> TextEvent | None:
+        """End one request: a live one (its KV is freed), a question not forked yet, or a waiting one.
+
+        Returns its final event (reason ``cancelled``), or None when the id is not pending or live."""
+        request = self.kv.get(request_id)
+        if request is not None:
+            return self._end(request, "cancelled", self._streams[request.id].finish(), [])
+        question = self.questions.remove(request_id)
+        spec = self.kv.cancel_waiting(request_id) if question is None else None
+        if question is None and spec is None:
+            return None
+        self._question_stops.pop(request_id, None)
+        task = ASK_TASK if question is not None else spec.task  # type: ignore[union-attr]
+        return TextEvent(request_id, task, 0, "", [], True, "cancelled", -1, 0)
+
     def cancel_all(self) -> list[TextEvent]:
-        """Finish every live request with reason ``cancelled`` (shutdown); returns their final events."""
-        return [self._end(r, "cancelled", self._streams[r.id].finish(), []) for r in self.kv.running()]
+        """Finish every live request with reason ``cancelled`` (shutdown), and every question not started yet;
+        returns their final events. Scheduled tasks' waiting requests are dropped silently (nothing streamed)."""
+        events = [self._end(r, "cancelled", self._streams[r.id].finish(), []) for r in self.kv.running()]
+        for question in self.questions.take_all():
+            events.append(TextEvent(question.id, ASK_TASK, 0, "", [], True, "cancelled", -1, 0))
+        for rid in self.kv.waiting_ids():
+            spec = self.kv.cancel_waiting(rid)
+            if spec is not None and spec.task == ASK_TASK:
+                events.append(TextEvent(rid, ASK_TASK, 0, "", [], True, "cancelled", -1, 0))
+        self._question_stops.clear()
+        return events
 
     def stats(self) -> EngineStats:
         kv = self.kv.stats()

@@ -57,6 +57,7 @@ class FrameInput:
     prompt_tokens: torch.Tensor  # [n] long, BOS first
     stamp_ns: int
     frame_seq: int
+    robot_state: np.ndarray | None = None  # raw state, for actions relative to it (the engine does not read it)
     guide: ChunkGuide | None = None
 
 

@@ -120,16 +120,23 @@ class KVCacheManager:
                 self._scratch_owner = None
 
     # -- requests ---------------------------------------------------------------------------------
+    def new_request_id(self) -> int:
+        """Reserve a request id ahead of :meth:`submit` (e.g. for a question that forks at the next frame)."""
+        rid = self._next_request_id
+        self._next_request_id += 1
+        return rid
+
     def submit(self, task: str, prefix: SharedPrefix, continuation: list[int], max_tokens: int,
-               frame_seq: int, stamp_ns: int) -> Admission:
-        """Start a text request from ``prefix`` now, queue it for a later frame, or refuse it."""
+               frame_seq: int, stamp_ns: int, request_id: int | None = None) -> Admission:
+        """Start a text request from ``prefix`` now, queue it for a later frame, or refuse it.
+
+        ``request_id`` is one reserved with :meth:`new_request_id`; None takes the next id."""
         if not continuation or max_tokens <= 0:
             raise ValueError(f"submit({task!r}): need a non-empty continuation and max_tokens > 0, "
                              f"got {len(continuation)} tokens and max_tokens={max_tokens}")
         if not prefix.alive:
             raise RuntimeError(f"submit({task!r}): prefix {prefix.id} was already released")
-        rid = self._next_request_id
-        self._next_request_id += 1
+        rid = self.new_request_id() if request_id is None else request_id
         need = len(continuation) + max_tokens
         # Even an empty arena must hold a frame prefix of this size next to the request's own extent.
         if need + prefix.length > self.pool.capacity_tokens - self.reserve_tokens:
@@ -176,6 +183,31 @@ class KVCacheManager:
         self._admitted += 1
         return request
 
+    def refusal(self, n_tokens: int, prefix_tokens: int, pending_tokens: int = 0) -> str | None:
+        """Why a request needing ``n_tokens`` of its own, forked from a prefix of ``prefix_tokens``, would be
+        refused now (None: it would start or wait). ``pending_tokens`` are already promised to others.
+
+        Reads only counters, so another thread may call it for a quick answer (the real admission decides)."""
+        if n_tokens + prefix_tokens > self.pool.capacity_tokens - self.reserve_tokens:
+            return (f"too large: {n_tokens} tokens plus a {prefix_tokens}-token frame prefix do not fit the KV budget "
+                    f"of {self.pool.capacity_tokens - self.reserve_tokens} tokens")
+        room = self.pool.free_tokens - pending_tokens - prefix_tokens
+        if n_tokens <= room:
+            return None
+        if self.admission == "refuse":
+            return f"no KV memory: {n_tokens} tokens needed, {max(0, room)} free (admission 'refuse')"
+        if len(self._waiting) >= self.max_waiting:
+            return f"queue full: {len(self._waiting)} requests already wait for KV memory (max_waiting {self.max_waiting})"
+        return None
+
+    def cancel_waiting(self, request_id: int) -> WaitingSpec | None:
+        """Drop a waiting spec (it holds no KV); returns it, or None when no spec has this id."""
+        for spec in self._waiting:
+            if spec.id == request_id:
+                self._waiting.remove(spec)
+                return spec
+        return None
+
     def finish(self, request: TextRequest, reason: str) -> None:
         """Mark finished, free its extent and drop its prefix reference; a second call is a no-op."""
         if reason not in FINISH_REASONS:
@@ -199,6 +231,10 @@ class KVCacheManager:
     @property
     def waiting_count(self) -> int:
         return len(self._waiting)
+
+    def waiting_ids(self) -> list[int]:
+        """Ids of the waiting specs, oldest first."""
+        return [spec.id for spec in self._waiting]
 
     # -- lifecycle --------------------------------------------------------------------------------
     def stats(self) -> KVStats:

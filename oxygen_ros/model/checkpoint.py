@@ -1,7 +1,9 @@
 """Load and save pi0.5 checkpoints in openpi's, LeRobot's or our own layout.
 
 A checkpoint is a directory with ``model.safetensors`` (or ``model.safetensors.index.json`` + shards), a
-``config.json`` in the layout's own format and optionally ``assets/<asset_id>/norm_stats.json``. Sizes that
+``config.json`` in the layout's own format and optionally ``assets/<asset_id>/norm_stats.json``. openpi's
+``scripts/train_pytorch.py`` writes no config.json (``model.safetensors``, ``optimizer.pt``, ``metadata.pt``,
+``assets/``): such a folder loads when its shape is declared (``declared``: openpi config.json fields). Sizes that
 a real layout's ``config.json`` cannot express (small test models, OxyGen's causal prompt attention) go in a
 sidecar ``oxygen_config.json`` of ``ModelConfig.from_dict`` overrides, which the real tools never read.
 
@@ -24,6 +26,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from .checkpoint_info import CheckpointInfo, CheckpointInfoError, read_checkpoint_info, slot_names
 from .config import ModelConfig
 from .key_maps import (
     EXPERT_LM_HEAD,
@@ -41,6 +44,7 @@ from .key_maps import (
     to_external,
     to_native,
 )
+from .precision import ISLAND_STYLES, IslandStyle, param_dtype
 from .vla import Pi05Model
 
 log = logging.getLogger(__name__)
@@ -49,6 +53,13 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 SIDECAR_FILE = "oxygen_config.json"
+# What openpi's train_pytorch.py writes next to model.safetensors instead of a config.json.
+TRAINING_FILES = ("metadata.pt", "optimizer.pt")
+# The openpi config.json fields a training checkpoint needs declared, and the runtime parameter of each.
+DECLARED_FIELDS = {
+    "paligemma_variant": "paligemma_variant", "action_expert_variant": "action_expert_variant",
+    "action_dim": "action_dim", "action_horizon": "horizon",
+}  # fmt: skip
 MAX_LISTED = 8  # keys named per problem kind before "... and N more"
 _FLOAT_DTYPES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"}
 _EMBED = "embed_tokens.weight"
@@ -68,6 +79,8 @@ class LoadedCheckpoint:
     norm_stats_paths: dict[str, Path] = field(default_factory=dict)  # every asset id found
     precision: str | None = None  # what config.json declares (openpi "precision", LeRobot "dtype")
     ignored_keys: tuple[str, ...] = ()  # stored tensors pi0.5 never reads (e.g. the expert's lm_head)
+    info: CheckpointInfo | None = None  # statistics, chunk length, n_action_steps, prompt format, cameras, ...
+    islands: IslandStyle = "none"  # the float32 islands the reduced-precision model keeps
 
 
 # ------------------------------------------------------------------------------------------------ config
@@ -114,18 +127,57 @@ def _layout_of(data: dict[str, Any], path: Path) -> Layout:
         raise CheckpointError(f"{path}: {exc}") from None
 
 
+def is_training_checkpoint(directory: Path) -> bool:
+    """An openpi ``train_pytorch.py`` folder: weights and training state, no config.json."""
+    return not (directory / CONFIG_FILE).exists() and any((directory / f).is_file() for f in TRAINING_FILES)
+
+
+def _training_config(directory: Path, declared: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The openpi config.json a training checkpoint would have, from the declared fields."""
+    declared = {k: v for k, v in (declared or {}).items() if v not in (None, "", 0)}
+    missing = [f"{DECLARED_FIELDS[k]}" for k in DECLARED_FIELDS if k not in declared]
+    if missing:
+        raise CheckpointError(
+            f"{directory} is an openpi training checkpoint (train_pytorch.py: model.safetensors + metadata.pt, no "
+            f"{CONFIG_FILE}); its shape is not stored in a readable file, so set the parameters {missing} "
+            "(e.g. paligemma_variant gemma_2b, action_expert_variant gemma_300m, action_dim 32, horizon 50)"
+        )
+    return {k: declared[k] for k in DECLARED_FIELDS}
+
+
 def read_config(
-    checkpoint_dir: str | os.PathLike[str], config_overrides: Mapping[str, Any] | None = None
+    checkpoint_dir: str | os.PathLike[str],
+    config_overrides: Mapping[str, Any] | None = None,
+    declared: Mapping[str, Any] | None = None,
 ) -> tuple[ModelConfig, Layout, str | None]:
     """The model config a checkpoint describes: config.json, then the sidecar, then ``config_overrides``.
 
-    Returns (config, layout, declared precision). Overrides use ``ModelConfig.from_dict`` keys.
+    Returns (config, layout, declared precision). Overrides use ``ModelConfig.from_dict`` keys. ``declared``
+    (openpi config.json fields, see ``DECLARED_FIELDS``) stands in for the config.json of a training checkpoint.
     """
+    config, layout, precision, _ = _read_config(_checkpoint_dir(checkpoint_dir), config_overrides, declared)
+    return config, layout, precision
+
+
+def image_slot_names(checkpoint_dir: str | os.PathLike[str], declared: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+    """The checkpoint's name for each image slot (from config.json alone; no weights are read)."""
     directory = _checkpoint_dir(checkpoint_dir)
+    config, layout, _, raw = _read_config(directory, None, declared)
+    return slot_names(layout, raw, config)
+
+
+def _read_config(
+    directory: Path, config_overrides: Mapping[str, Any] | None, declared: Mapping[str, Any] | None
+) -> tuple[ModelConfig, Layout, str | None, dict[str, Any] | None]:
     path = directory / CONFIG_FILE
-    data = _read_config_json(directory)
-    layout = _layout_of(data, path)
-    sources = [path.name]
+    raw: dict[str, Any] | None
+    if is_training_checkpoint(directory):
+        data, raw = _training_config(directory, declared), None
+        layout: Layout = "openpi"
+    else:
+        data = raw = _read_config_json(directory)
+        layout = _layout_of(data, path)
+    sources = [path.name if raw is not None else "declared parameters"]
     try:
         if layout == "oxygen":
             merged, precision = data, None
@@ -134,7 +186,7 @@ def read_config(
         else:
             merged, precision = config_from_lerobot(data), data.get("dtype")
     except ValueError as exc:
-        raise CheckpointError(f"{path}: {exc}") from None
+        raise CheckpointError(f"{path if raw is not None else directory}: {exc}") from None
     sidecar = directory / SIDECAR_FILE
     if layout != "oxygen" and sidecar.exists():
         extra = _read_json(sidecar)
@@ -149,7 +201,7 @@ def read_config(
         config = ModelConfig.from_dict(merged)
     except (ValueError, TypeError) as exc:
         raise CheckpointError(f"{directory}: invalid model config (from {' + '.join(sources)}): {exc}") from None
-    return config, layout, precision if isinstance(precision, str) else None
+    return config, layout, precision if isinstance(precision, str) else None, raw
 
 
 # ----------------------------------------------------------------------------------------------- weights
@@ -296,15 +348,16 @@ def _hints(keys: list[str], matched: dict[str, str], layout: Layout) -> list[str
 
 
 def _load_tensors(
-    files: _WeightFiles, plan: _Plan, dtype: torch.dtype, device: torch.device
+    files: _WeightFiles, plan: _Plan, dtype: torch.dtype, device: torch.device, islands: IslandStyle = "none"
 ) -> dict[str, torch.Tensor]:
+    """Each tensor straight from the file into its dtype (``dtype``, or float32 for an island of ``islands``)."""
     state: dict[str, torch.Tensor] = {}
     stored_embed: torch.Tensor | None = None
     for native, key in plan.sources.items():
         tensor = files.get(key)
         if native == _EMBED:
             stored_embed = tensor
-        state[native] = _owned(tensor, dtype, device)
+        state[native] = _owned(tensor, param_dtype(native, dtype, islands), device)
     if plan.tied is not None:
         lm_head = files.get(plan.tied)
         if stored_embed is not None:  # stored under both names: they must be the same tensor
@@ -359,22 +412,34 @@ def load_checkpoint(
     device: torch.device | str = "cpu",
     config_overrides: Mapping[str, Any] | None = None,
     asset_id: str | None = None,
+    declared: Mapping[str, Any] | None = None,
+    float32_islands: str = "auto",
 ) -> LoadedCheckpoint:
     """Load a pi0.5 checkpoint of any supported layout into a :class:`Pi05Model` (eval mode).
 
     ``config_overrides`` (``ModelConfig.from_dict`` keys) apply after config.json, e.g. ``{"action_horizon":
     10, "prefix_attention": "causal_text"}``. ``asset_id`` picks ``assets/<asset_id>/norm_stats.json``.
+    ``declared``: the shape of a training checkpoint without config.json (see ``DECLARED_FIELDS``).
+    ``float32_islands``: which weights stay float32 when ``dtype`` is bf16/fp16: ``auto`` (as the
+    checkpoint's framework: openpi, or lerobot for a LeRobot folder), ``openpi``, ``lerobot`` or ``none``.
     """
     directory = _checkpoint_dir(checkpoint_dir)
     dtype, device = _resolve_dtype(dtype), torch.device(device)
-    config, layout, precision = read_config(directory, config_overrides)
+    config, layout, precision, raw = _read_config(directory, config_overrides, declared)
+    try:
+        info = read_checkpoint_info(directory, layout, raw, config)
+    except CheckpointInfoError as exc:
+        raise CheckpointError(str(exc)) from None
+    if float32_islands not in ("auto", *ISLAND_STYLES):
+        raise CheckpointError(f"float32_islands must be 'auto' or one of {list(ISLAND_STYLES)}, not {float32_islands!r}")
+    islands: IslandStyle = info.islands if float32_islands == "auto" else float32_islands  # type: ignore[assignment]
     with torch.device("meta"):
         model = Pi05Model(config)
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     with contextlib.ExitStack() as stack:
         files = _WeightFiles(directory, stack)
         plan = _plan(files, layout, expected, config)
-        state = _load_tensors(files, plan, dtype, device)
+        state = _load_tensors(files, plan, dtype, device, islands)
     model.load_state_dict(state, strict=True, assign=True)
     _check_no_meta_buffers(model)
     model.eval().requires_grad_(False)
@@ -398,6 +463,8 @@ def load_checkpoint(
         norm_stats_paths=stats,
         precision=precision,
         ignored_keys=tuple(plan.ignored),
+        info=info,
+        islands=islands if dtype != torch.float32 else "none",
     )
 
 

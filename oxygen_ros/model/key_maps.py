@@ -249,13 +249,13 @@ def config_from_lerobot(data: dict[str, Any]) -> dict[str, Any]:
         if not (isinstance(res, list) and len(res) == 2 and res[0] == res[1] and isinstance(res[0], int)):
             raise ValueError(f"image_resolution must be a square [size, size], got {res!r}")
         out["vision"]["image_size"] = res[0]
-    cameras = _lerobot_cameras(data)
+    cameras = lerobot_cameras(data)
     if cameras:
         out["num_image_slots"] = len(cameras)
     return out
 
 
-def _lerobot_cameras(data: dict[str, Any]) -> list[str]:
+def lerobot_cameras(data: dict[str, Any]) -> list[str]:
     """The VISUAL input features (one prefix image slot each), plus empty cameras not yet listed."""
     features = data.get("input_features") or {}
     if not isinstance(features, dict):

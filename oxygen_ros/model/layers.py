@@ -22,6 +22,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.zeros(dim))
 
     def forward(self, x: Tensor, modulation: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        if self.weight.dtype != x.dtype:  # a float32 island in a bf16 model: all in float32, as transformers' Gemma
+            return F.rms_norm(x.float(), (x.shape[-1],), 1.0 + self.weight.float(), self.eps).to(x.dtype), None
         return F.rms_norm(x, (x.shape[-1],), 1.0 + self.weight, self.eps), None
 
 

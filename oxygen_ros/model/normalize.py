@@ -1,9 +1,19 @@
-"""State/action normalization with a checkpoint's statistics (openpi's `norm_stats.json`).
+"""State/action normalization with a checkpoint's statistics (openpi's `norm_stats.json`, LeRobot's processors).
 
-Formulas as in openpi's Normalize/Unnormalize transforms:
-  quantile: x_n = 2 * (x - q01) / (q99 - q01 + 1e-6) - 1,   x = (x_n + 1) / 2 * (q99 - q01 + 1e-6) + q01
-  mean_std: x_n = (x - mean) / (std + 1e-6),                  x = x_n * (std + 1e-6) + mean
-The model pads actions to its action_dim (32 for pi0.5); unnormalizing keeps only the statistics' dimensions.
+Two families of formulas, chosen by where the statistics came from (``formula``):
+
+* ``openpi`` (Normalize/Unnormalize in ``openpi/transforms.py``), eps = 1e-6 always added:
+    quantile: x_n = (x - q01) / (q99 - q01 + eps) * 2 - 1,   x = (x_n + 1) / 2 * (q99 - q01 + eps) + q01
+    mean_std: x_n = (x - mean) / (std + eps),                 x = x_n * (std + eps) + mean
+* ``lerobot`` (``_NormalizationMixin._apply_transform`` in ``lerobot/processor/normalize_processor.py``),
+  eps (1e-8 by default) only replaces a zero range, and the mean/std inverse has no eps:
+    quantile:   d = q99 - q01 (eps where 0);  x_n = 2 (x - q01) / d - 1,  x = (x_n + 1) d / 2 + q01
+    quantile10: the same with q10/q90;  min_max: the same with min/max
+    mean_std:   x_n = (x - mean) / (std + eps),  x = x_n * std + mean
+  and ``identity`` passes values through (LeRobot's IDENTITY, or a feature type missing from its norm map).
+
+Statistics wider than the data use their leading entries (openpi slices them to the state's width). The model
+pads actions to its action_dim (32 for pi0.5); unnormalizing keeps only the statistics' dimensions.
 """
 
 from __future__ import annotations
@@ -16,8 +26,13 @@ from typing import Any, Literal, Mapping
 
 import numpy as np
 
-NormMode = Literal["quantile", "mean_std"]
+NormMode = Literal["quantile", "mean_std", "min_max", "quantile10", "identity"]
+NORM_MODES: tuple[str, ...] = ("quantile", "mean_std", "min_max", "quantile10", "identity")
+Formula = Literal["openpi", "lerobot"]
 EPS = 1e-6
+LEROBOT_EPS = 1e-8
+# The statistics each mode reads (lower, upper) or (centre, scale).
+_MODE_FIELDS = {"quantile": ("q01", "q99"), "quantile10": ("q10", "q90"), "min_max": ("min", "max"), "mean_std": ("mean", "std")}
 STATE_KEY = "state"
 ACTIONS_KEY = "actions"
 
@@ -28,16 +43,40 @@ class NormStatsError(ValueError):
 
 @dataclass(frozen=True)
 class NormStats:
-    """Statistics of one key (state or actions); q01/q99 may be absent in mean/std-only files."""
+    """Statistics of one key (state or actions). openpi files always have mean/std and q01/q99 for pi0.5;
+    LeRobot files may also have min/max and q10/q90. Absent fields are None."""
 
-    mean: np.ndarray
-    std: np.ndarray
+    mean: np.ndarray | None
+    std: np.ndarray | None
     q01: np.ndarray | None = None
     q99: np.ndarray | None = None
+    min: np.ndarray | None = None
+    max: np.ndarray | None = None
+    q10: np.ndarray | None = None
+    q90: np.ndarray | None = None
 
     @property
     def dim(self) -> int:
-        return int(self.mean.shape[0])
+        return int(next(v for v in self.fields().values()).shape[0])
+
+    def fields(self) -> dict[str, np.ndarray]:
+        """The fields that are present, by name."""
+        return {f: v for f in ("mean", "std", "q01", "q99", "min", "max", "q10", "q90") if (v := getattr(self, f)) is not None}
+
+    def has(self, mode: str) -> bool:
+        return mode == "identity" or all(getattr(self, f) is not None for f in _MODE_FIELDS[mode])
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, Any], where: str) -> "NormStats":
+        """Any subset of the fields (LeRobot writes what its dataset statistics have); lengths must agree."""
+        known = ("mean", "std", "q01", "q99", "min", "max", "q10", "q90")
+        fields = {name: _vector(arrays[name], f"{where}.{name}") for name in known if arrays.get(name) is not None}
+        if not fields:
+            raise NormStatsError(f"{where}: no statistics (expected some of {list(known)})")
+        dims = {name: arr.shape[0] for name, arr in fields.items()}
+        if len(set(dims.values())) != 1:
+            raise NormStatsError(f"{where}: fields have different lengths {dims}")
+        return cls(**{name: fields.get(name) for name in known})  # type: ignore[arg-type]
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "norm stats") -> "NormStats":
@@ -69,11 +108,7 @@ class NormStats:
         return cls(**fields)  # type: ignore[arg-type]
 
     def to_dict(self) -> dict[str, list[float]]:
-        out = {"mean": self.mean.tolist(), "std": self.std.tolist()}
-        if self.q01 is not None and self.q99 is not None:
-            out["q01"] = self.q01.tolist()
-            out["q99"] = self.q99.tolist()
-        return out
+        return {name: arr.tolist() for name, arr in self.fields().items()}
 
 
 def _vector(value: Any, where: str) -> np.ndarray:
@@ -143,7 +178,11 @@ def find_norm_stats(checkpoint_dir: str | os.PathLike[str], asset_id: str | None
 
 
 class Normalizer:
-    """Normalizes robot state for the model and turns model actions back into robot units."""
+    """Normalizes robot state for the model and turns model actions back into robot units.
+
+    ``mode`` applies to both keys unless ``action_mode`` is given (LeRobot sets a mode per feature type).
+    ``source`` says where the statistics came from, for messages.
+    """
 
     def __init__(
         self,
@@ -151,15 +190,29 @@ class Normalizer:
         mode: NormMode = "quantile",
         state_key: str = STATE_KEY,
         actions_key: str = ACTIONS_KEY,
+        action_mode: NormMode | None = None,
+        formula: Formula = "openpi",
+        eps: float | None = None,
+        source: str = "",
     ) -> None:
-        if mode not in ("quantile", "mean_std"):
-            raise NormStatsError(f"unknown normalization mode {mode!r}; choose 'quantile' or 'mean_std'")
-        for key in (state_key, actions_key):
+        if formula not in ("openpi", "lerobot"):
+            raise NormStatsError(f"unknown normalization formula {formula!r}; choose 'openpi' or 'lerobot'")
+        allowed = NORM_MODES if formula == "lerobot" else ("quantile", "mean_std")
+        modes = {state_key: mode, actions_key: mode if action_mode is None else action_mode}
+        for key, key_mode in modes.items():
+            if key_mode not in allowed:
+                raise NormStatsError(f"unknown normalization mode {key_mode!r}; choose one of {list(allowed)}")
             if key not in stats:
                 raise NormStatsError(f"norm stats have no {key!r} entry (have {sorted(stats)})")
-            if mode == "quantile" and stats[key].q01 is None:
-                raise NormStatsError(f"quantile normalization needs q01/q99 for {key!r}; use mode='mean_std'")
-        self.mode: NormMode = mode
+            if not stats[key].has(key_mode):
+                need = "/".join(_MODE_FIELDS[key_mode])
+                hint = "; use mode='mean_std'" if key_mode == "quantile" else ""
+                raise NormStatsError(f"{key_mode} normalization needs {need} for {key!r}{hint}")
+        self.mode: NormMode = modes[state_key]  # type: ignore[assignment]
+        self.action_mode: NormMode = modes[actions_key]  # type: ignore[assignment]
+        self.formula: Formula = formula
+        self.eps = (EPS if formula == "openpi" else LEROBOT_EPS) if eps is None else float(eps)
+        self.source = source
         self.state_stats = stats[state_key]
         self.action_stats = stats[actions_key]
 
@@ -177,16 +230,34 @@ class Normalizer:
     def action_dim(self) -> int:
         return self.action_stats.dim
 
+    def describe(self) -> str:
+        modes = self.mode if self.mode == self.action_mode else f"state {self.mode}, actions {self.action_mode}"
+        return f"{modes} ({self.formula} formulas{', ' + self.source if self.source else ''})"
+
+    def _bounds(self, stats: NormStats, mode: str, width: int) -> tuple[np.ndarray, np.ndarray]:
+        """(offset, scale) per dimension, sliced to ``width``: x_n = (x - offset) / scale (then 2·-1 for ranges)."""
+        lo_name, hi_name = _MODE_FIELDS[mode]
+        lo, hi = getattr(stats, lo_name)[:width], getattr(stats, hi_name)[:width]
+        if mode == "mean_std":
+            return lo, hi + self.eps
+        span = hi - lo
+        if self.formula == "openpi":
+            return lo, span + self.eps
+        return lo, np.where(span == 0, self.eps, span)
+
     def normalize_state(self, state: Any, clip: bool = False) -> np.ndarray:
-        """Robot state [..., D] -> normalized float32 [..., D]; `clip` limits it to [-1, 1]."""
+        """Robot state [..., D] -> normalized float32 [..., D]; `clip` limits it to [-1, 1].
+
+        Statistics wider than D use their first D entries (openpi's Normalize does the same).
+        """
         x = np.asarray(state, dtype=np.float64)
         d = self.state_dim
-        if x.ndim == 0 or x.shape[-1] != d:
+        if x.ndim == 0 or x.shape[-1] > d:
             got = "a scalar" if x.ndim == 0 else f"{x.shape[-1]} values"
-            raise NormStatsError(f"state has {got} but the norm stats describe {d} state dimensions")
+            raise NormStatsError(f"state has {got} but the norm stats describe only {d} state dimensions")
         if not np.all(np.isfinite(x)):
             raise NormStatsError("state has non-finite values")
-        out = self._normalize(x, self.state_stats)
+        out = self._forward(x, self.state_stats, self.mode)
         if clip:
             out = np.clip(out, -1.0, 1.0)
         return out.astype(np.float32)
@@ -196,27 +267,31 @@ class Normalizer:
         a = np.asarray(actions, dtype=np.float64)
         if a.ndim == 0 or a.shape[-1] != self.action_dim:
             raise NormStatsError(f"actions have shape {a.shape} but the norm stats describe {self.action_dim} action dimensions")
-        return self._normalize(a, self.action_stats).astype(np.float32)
+        return self._forward(a, self.action_stats, self.action_mode).astype(np.float32)
 
-    def _normalize(self, x: np.ndarray, s: NormStats) -> np.ndarray:
-        if self.mode == "quantile":
-            assert s.q01 is not None and s.q99 is not None
-            return 2.0 * (x - s.q01) / (s.q99 - s.q01 + EPS) - 1.0
-        return (x - s.mean) / (s.std + EPS)
+    def _forward(self, x: np.ndarray, stats: NormStats, mode: str) -> np.ndarray:
+        if mode == "identity":
+            return x
+        offset, scale = self._bounds(stats, mode, x.shape[-1])
+        if mode == "mean_std":
+            return (x - offset) / scale
+        return (x - offset) / scale * 2.0 - 1.0
 
     def unnormalize_actions(self, actions: Any) -> np.ndarray:
-        """Model actions [..., A] with A >= the stats' dim -> robot actions float64 [..., dim] (padding cut off)."""
+        """Model actions [..., A] -> robot actions float64 [..., min(A, dim)] (the model's padding cut off)."""
         a = np.asarray(actions, dtype=np.float64)
-        d = self.action_dim
-        if a.ndim == 0 or a.shape[-1] < d:
-            got = "a scalar" if a.ndim == 0 else f"{a.shape[-1]} dimensions"
-            raise NormStatsError(f"actions have {got} but the norm stats describe {d} action dimensions")
-        a = a[..., :d]
-        s = self.action_stats
-        if self.mode == "quantile":
-            assert s.q01 is not None and s.q99 is not None
-            return (a + 1.0) / 2.0 * (s.q99 - s.q01 + EPS) + s.q01
-        return a * (s.std + EPS) + s.mean
+        if a.ndim == 0:
+            raise NormStatsError("actions are a scalar; expected [..., action_dim]")
+        a = a[..., : min(self.action_dim, a.shape[-1])]
+        mode, stats = self.action_mode, self.action_stats
+        if mode == "identity":
+            return a
+        offset, scale = self._bounds(stats, mode, a.shape[-1])
+        if mode == "mean_std":
+            if self.formula == "lerobot":  # LeRobot's inverse multiplies by std without eps
+                scale = stats.std[: a.shape[-1]]  # type: ignore[index]
+            return a * scale + offset
+        return (a + 1.0) / 2.0 * scale + offset
 
 
 def save_norm_stats(path: str | os.PathLike[str], stats: Mapping[str, NormStats]) -> None:

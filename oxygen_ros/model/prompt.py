@@ -59,10 +59,11 @@ def clean_task_text(text: str) -> str:
 
 
 def discretize_state(state: np.ndarray | list[float], num_bins: int = NUM_STATE_BINS) -> np.ndarray:
-    """Bin indices 0..num_bins-1 of a state normalized to [-1, 1], as openpi digitizes it.
+    """Bin indices of a state normalized to [-1, 1], exactly as openpi and LeRobot digitize it:
+    ``np.digitize(state, np.linspace(-1, 1, num_bins + 1)[:-1]) - 1``.
 
-    The state is clipped to [-1, 1] first; for values inside the range this is exactly openpi's
-    ``np.digitize(state, np.linspace(-1, 1, num_bins + 1)[:-1]) - 1``, and values below -1 do not become bin -1.
+    Neither reference clips first, so a value below -1 (below q01) is bin -1 (the text "-1") and a value at or
+    above 1 is bin num_bins - 1.
     """
     arr = np.asarray(state, dtype=np.float64)
     if arr.ndim != 1 or arr.size == 0:
@@ -71,7 +72,7 @@ def discretize_state(state: np.ndarray | list[float], num_bins: int = NUM_STATE_
         bad = np.flatnonzero(~np.isfinite(arr)).tolist()
         raise PromptError(f"state has non-finite values at indices {bad}")
     bins = np.linspace(-1.0, 1.0, num_bins + 1)[:-1]
-    return np.digitize(np.clip(arr, -1.0, 1.0), bins=bins) - 1
+    return np.digitize(arr, bins=bins) - 1
 
 
 def format_prompt(task: str, state: np.ndarray | list[float] | None = None, fmt: PromptFormat = "pi05_state") -> str:

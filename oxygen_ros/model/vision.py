@@ -75,6 +75,8 @@ class VisionTower(nn.Module):
             raise ValueError(f"expected images [N, 3, {size}, {size}], got {tuple(images.shape)}")
         x = self.patch_embedding(images.to(self.patch_embedding.weight.dtype)).flatten(2).transpose(1, 2)
         x = x + self.position_embedding.weight
+        # The embeddings may be a float32 island of a bf16 model (precision.py): continue in the blocks' dtype.
+        x = x.to(self.post_layernorm.weight.dtype)
         for layer in self.layers:
             x = layer(x)
         return self.post_layernorm(x)

@@ -109,7 +109,8 @@ class Pi05Model(nn.Module):
         parts = []
         valid = images.index_select(0, image_mask.to(torch.bool).nonzero().flatten())
         if valid.shape[0]:
-            feats = self.multi_modal_projector(self.vision_tower(valid.to(self.device)))
+            feats = self.vision_tower(valid.to(self.device))
+            feats = self.multi_modal_projector(feats.to(self.multi_modal_projector.weight.dtype)).to(self.dtype)
             parts.append(feats.reshape(1, -1, feats.shape[-1]))
         n_img = sum(p.shape[1] for p in parts)
         parts.append(self.embed_text(tokens.to(self.device)).unsqueeze(0))
@@ -126,8 +127,16 @@ class Pi05Model(nn.Module):
         return mask
 
     def _time_condition(self, t: Tensor) -> Tensor:
-        emb = sinusoidal_time_embedding(t, self.config.expert.width).to(self.dtype)
+        emb = sinusoidal_time_embedding(t, self.config.expert.width).to(self.time_mlp_in.weight.dtype)
         return F.silu(self.time_mlp_out(F.silu(self.time_mlp_in(emb))))
+
+    def _embed_actions(self, x_t: Tensor) -> Tensor:
+        """Noisy actions → expert tokens (action_in_proj may be a float32 island; the expert runs in self.dtype)."""
+        return self.action_in_proj(x_t.to(self.action_in_proj.weight.dtype)).to(self.dtype)
+
+    def _velocity(self, x: Tensor) -> Tensor:
+        """Final-normed expert tokens → float32 flow velocity (action_out_proj may be a float32 island)."""
+        return self.action_out_proj(x.to(self.action_out_proj.weight.dtype)).float()
 
     def _action_modulations(self, times: Tensor) -> tuple[list[list[Modulations]], list[Tensor]]:
         """Every adaptive norm's modulation for every flow time, in one matrix product.
@@ -138,7 +147,7 @@ class Pi05Model(nn.Module):
         norms = [n for layer in self.layers for n in layer.action.adaptive_norms()] + [self.action_norm]
         weight = torch.cat([n.dense.weight for n in norms])
         bias = torch.cat([n.dense.bias for n in norms])
-        mods = F.linear(self._time_condition(times), weight, bias).unflatten(-1, (len(norms), -1))  # [N, norms, 3W]
+        mods = F.linear(self._time_condition(times).to(weight.dtype), weight, bias).unflatten(-1, (len(norms), -1))  # [N, norms, 3W]
         per_time = [[(m[2 * i : 2 * i + 1], m[2 * i + 1 : 2 * i + 2]) for i in range(len(self.layers))] for m in mods]
         return per_time, [m[-1:] for m in mods]
 
@@ -185,7 +194,7 @@ class Pi05Model(nn.Module):
         x_t [1, H, A] float32; prefix_k/v [L, 1, T, Hkv, D]. Differentiable in x_t when called outside
         inference mode (real-time chunking takes a vector-Jacobian product through it); the weights are frozen.
         """
-        x = self.action_in_proj(x_t.to(self.dtype))
+        x = self._embed_actions(x_t)
         for i, layer in enumerate(self.layers):
             mods = schedule.layer_mods[step][i]
             q, k, v, gate = layer.action.pre_attention(x, mods)
@@ -193,7 +202,7 @@ class Pi05Model(nn.Module):
             attn = attend_two_parts(q, prefix_k[i], prefix_v[i], k, v)
             x = layer.action.post_attention(x, attn, gate, mods)
         x, _ = self.action_norm(x, schedule.final_mods[step])
-        return self.action_out_proj(x).float()
+        return self._velocity(x)
 
     @torch.inference_mode()
     def sample_actions(self, prefix_k: Tensor, prefix_v: Tensor, noise: Tensor, num_steps: int | None = None) -> Tensor:
@@ -262,7 +271,7 @@ class Pi05Model(nn.Module):
         xp, n_img = self.embed_prefix(images, image_mask, tokens)
         tp, h = xp.shape[1], x_t.shape[0]
         layer_mods, final_mods = self._action_modulations(torch.full((1,), time, device=self.device))
-        xs = self.action_in_proj(x_t.to(self.device, self.dtype).unsqueeze(0))
+        xs = self._embed_actions(x_t.to(self.device).unsqueeze(0))
         total = tp + h
         mask = torch.zeros(total, total, dtype=torch.bool, device=self.device)
         mask[:tp, :tp] = self.prefix_mask(n_img, tp - n_img)
@@ -272,7 +281,7 @@ class Pi05Model(nn.Module):
         for layer, mods in zip(self.layers, layer_mods[0]):
             xp, xs = layer.joint(xp, xs, mods, cos, sin, mask)
         xs, _ = self.action_norm(xs, final_mods[0])
-        return self.action_out_proj(xs)[0].float()
+        return self._velocity(xs)[0]
 
     @torch.inference_mode()
     def sample_actions_uncached(

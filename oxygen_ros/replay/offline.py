@@ -301,7 +301,7 @@ class OfflineReplay:
         """The node's input store: configured slots, padded with masked slots up to the model's."""
         s = self.config.settings
         slots = runtime.num_image_slots
-        problems = model_fit_problems(s, slots, runtime.action_dim, runtime.state_dim)
+        problems = model_fit_problems(s, slots, runtime.action_dim, runtime.state_dim, runtime.needs_state)
         if problems:
             raise ReplayError("parameters do not fit the model: " + "; ".join(problems))
         pad = slots - len(self.cameras)
@@ -405,6 +405,13 @@ class OfflineReplay:
             "inputs": dict(sorted(self.inputs.items())),
             "undecodable_messages": self.undecodable,
             "engine_errors": self.engine_errors,
+            "prompts_truncated": runtime.prompts_truncated,
+            "model": {
+                "layout": runtime.checkpoint_info.layout, "chunk_length": runtime.model_config.action_horizon,
+                "n_action_steps": runtime.checkpoint_info.n_action_steps, "prompt_format": runtime.prompt_format,
+                "resize_mode": runtime.resize_mode, "normalization": runtime.normalizer.describe() if runtime.normalizer else "none",
+                "camera_slots": list(runtime.image_slot_names),
+            },
             "tokens": stats.tokens_generated,
             "decode_steps": stats.decode_steps,
             "refused_requests": stats.refused_total,

@@ -6,7 +6,7 @@ statuses with OK/WARN/ERROR levels:
 * control — achieved control rate (chunks per second over a sliding window) against the target, deadline
   misses (a tick whose work, observation to published chunk, took longer than one control period),
   prefill/action latency. ERROR when no chunk came for max(1 s, 3 periods); WARN while starting, when the
-  rate is below 80 % of the target, or when deadlines were missed since the last report.
+  rate is below 90 % of the target, or when deadlines were missed since the last report.
 * inputs — every counter of refused (dropped), stale, missing and masked inputs and skipped ticks, with
   the totals dropped_inputs, stale_inputs and skipped_ticks. ERROR while the
   latest tick was skipped (the message says why); WARN when a counter grew since the last report.
@@ -31,6 +31,7 @@ __all__ = ["Diagnostics", "LEVEL_NAMES", "diagnostic_array"]
 OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
 LEVEL_NAMES = {OK: "OK", WARN: "WARN", ERROR: "ERROR"}
 _NS = 1_000_000_000
+RATE_WARN_SHARE = 0.9  # WARN when the achieved action rate falls below this share of the target
 
 
 @dataclass
@@ -159,7 +160,7 @@ class Diagnostics:
         if silent_s > max(1.0, 3 * period_s):
             return _Status(name, ERROR, f"no action chunk for {silent_s:.1f} s{why}", values)
         new_misses = self._misses - self._reported.get("_misses", 0)
-        if rate is not None and rate < 0.8 * self.target_rate_hz:
+        if rate is not None and rate < RATE_WARN_SHARE * self.target_rate_hz:
             return _Status(name, WARN, f"control rate {rate:.2f} Hz below target {self.target_rate_hz:g} Hz", values)
         if new_misses > 0:
             return _Status(name, WARN, f"{new_misses} ticks took longer than the control period", values)

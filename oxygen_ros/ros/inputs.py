@@ -214,6 +214,15 @@ class InputStore:
             raise ObservationError("rejected_instruction", sample.error)
         return str(sample.value)
 
+    def ages_s(self, now_ns: int) -> dict[str, float | None]:
+        """Age in seconds (now minus the stamp, or the receive time for a zero stamp) of the latest message of
+        each camera topic and of the joint states ("joint_states"); None when nothing arrived yet."""
+        with self._lock:
+            samples = {topic: self._images[slot] for slot, topic in enumerate(self.cameras) if topic}
+            if self.use_state:
+                samples["joint_states"] = self._state
+        return {topic: None if s is None else (now_ns - (s.stamp_ns or s.recv_ns)) / 1e9 for topic, s in samples.items()}
+
     # ----------------------------------------------------------------------------- counters
     def count(self, kind: str, n: int = 1) -> None:
         """Add to a counter from outside (e.g. "skipped_invalid_input" when the runtime refuses a frame)."""

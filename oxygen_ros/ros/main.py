@@ -3,10 +3,14 @@
     oxygen_node --ros-args --params-file config/demo.yaml        # the standard ROS way
     oxygen_node --params-file config/demo.yaml                    # the same, shorter
     ros2 run oxygen_ros oxygen_node --ros-args -p control_rate_hz:=10.0
+    oxygen_node --lifecycle --autostart --params-file ...         # the managed node, configured + activated
+    oxygen_lifecycle_node --params-file ...                       # the managed node, waiting for `configure`
 
 Exit codes: 0 after SIGINT/SIGTERM (live text requests are cancelled and their final deltas published
-first; a second signal during that gives up waiting, code 130), 1 when the parameters are invalid or the
-model cannot be loaded (one line on stderr saying why, no traceback), 2 for a bad command line.
+first; signals repeated within REPEAT_WINDOW_S of the first are the same request, as when a terminal and
+`ros2 launch` both forward one Ctrl-C; a later one gives up waiting, code 130), 1 when the parameters are
+invalid or the model cannot be loaded (one line on stderr saying why, no traceback; the managed node stays
+up unconfigured instead), 2 for a bad command line.
 """
 
 from __future__ import annotations
@@ -15,16 +19,29 @@ import os
 import signal
 import sys
 import threading
+import time
+from dataclasses import dataclass
 from typing import Sequence
 
 USAGE = (
-    "usage: oxygen_node [--params-file PATH]... [--ros-args ...]\n"
+    "usage: oxygen_node [--lifecycle [--autostart]] [--params-file PATH]... [--ros-args ...]\n"
+    "  --lifecycle         a managed (lifecycle) node: starts unconfigured, driven by ~/change_state\n"
+    "  --autostart         with --lifecycle: configure and activate at start\n"
     "  --params-file PATH  ROS 2 parameters YAML (same as --ros-args --params-file PATH); repeatable,\n"
     "                      later files override earlier ones\n"
     "  --ros-args ...      standard ROS arguments (-p name:=value, -r __ns:=/robot, --params-file, ...)"
 )
 SHUTDOWN_TIMEOUT_S = 10.0
 GIL_SWITCH_INTERVAL_S = 0.00025
+REPEAT_WINDOW_S = 1.0  # a signal within this long after the first is the same shutdown request
+BASE_EXECUTOR_THREADS = 4  # + one per open ~/ask goal (each execute callback waits in its own thread)
+
+
+@dataclass
+class Options:
+    args: list[str]  # program name + ROS arguments, for rclpy.init
+    lifecycle: bool = False
+    autostart: bool = False
 
 
 def ros_arguments(argv: Sequence[str]) -> list[str]:
@@ -32,7 +49,13 @@ def ros_arguments(argv: Sequence[str]) -> list[str]:
 
     Raises SystemExit(2) with a message for an unknown option or a missing path.
     """
+    return parse_options(argv).args
+
+
+def parse_options(argv: Sequence[str]) -> Options:
+    """The command line: --lifecycle/--autostart and ROS arguments (see `ros_arguments`)."""
     plain: list[str] = []
+    flags = {"--lifecycle": False, "--autostart": False}
     rest = list(argv)
     program, args = (rest[0], rest[1:]) if rest else ("oxygen_node", [])
     ros: list[str] = []
@@ -45,6 +68,10 @@ def ros_arguments(argv: Sequence[str]) -> list[str]:
         if arg in ("-h", "--help"):
             print(USAGE)
             raise SystemExit(0)
+        if arg in flags:
+            flags[arg] = True
+            i += 1
+            continue
         if arg == "--params-file" or arg.startswith("--params-file="):
             path = arg.split("=", 1)[1] if "=" in arg else (args[i + 1] if i + 1 < len(args) else "")
             if not path:
@@ -56,7 +83,9 @@ def ros_arguments(argv: Sequence[str]) -> list[str]:
     if plain:
         # Plain files first: a --params-file inside --ros-args (given later) overrides them.
         ros = ["--ros-args", *plain, *ros[1:]]
-    return [program, *ros]
+    if flags["--autostart"] and not flags["--lifecycle"]:
+        _die("--autostart needs --lifecycle (the plain node always starts active)", code=2)
+    return Options([program, *ros], flags["--lifecycle"], flags["--autostart"])
 
 
 def _die(message: str, code: int = 1) -> None:
@@ -67,19 +96,46 @@ def _die(message: str, code: int = 1) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point; returns the exit code."""
     try:
-        return _run(ros_arguments(sys.argv if argv is None else argv))
+        return _run(parse_options(sys.argv if argv is None else argv))
     except SystemExit as exc:  # --help, or _die: the message is printed already
         return int(exc.code or 0)
 
 
-def _run(args: list[str]) -> int:
+def lifecycle_main() -> int:
+    """`oxygen_lifecycle_node`: the managed node (add --autostart to configure and activate at start)."""
+    argv = list(sys.argv)
+    return main([argv[0], "--lifecycle", *argv[1:]])
+
+
+class ShutdownRequest:
+    """SIGINT/SIGTERM handling: the first signal asks for a clean stop; signals within `window_s` of it are the
+    same request (a terminal and `ros2 launch` both forward one Ctrl-C); a later one gives up waiting."""
+
+    def __init__(self, window_s: float = REPEAT_WINDOW_S) -> None:
+        self.window_s = window_s
+        self.event = threading.Event()
+        self._first: float | None = None
+
+    def on_signal(self, signum: int, frame: object) -> None:
+        now = time.monotonic()
+        if self._first is None:
+            self._first = now
+            self.event.set()
+        elif now - self._first > self.window_s:
+            os._exit(130)
+
+
+def _run(options: Options) -> int:
+    args = options.args
     # Imported here so `--help` and argument errors answer without loading rclpy and torch.
     import rclpy
+    from rclpy.exceptions import InvalidHandle
     from rclpy.executors import MultiThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
     from oxygen_ros.runtime import RuntimeLoadError
 
+    from .lifecycle import OxygenLifecycleNode
     from .node import OxygenNode
     from .params import ConfigError
 
@@ -94,7 +150,7 @@ def _run(args: list[str]) -> int:
     except Exception as exc:  # e.g. a params file that does not parse
         _die(f"cannot start ROS: {exc}")
     try:
-        node = OxygenNode()
+        node = OxygenLifecycleNode() if options.lifecycle else OxygenNode()
     except ConfigError as exc:
         rclpy.try_shutdown()
         _die(str(exc))
@@ -105,29 +161,44 @@ def _run(args: list[str]) -> int:
         rclpy.try_shutdown()
         return 0
 
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: object) -> None:
-        if stop.is_set():  # a second Ctrl-C during shutdown: give up waiting
-            os._exit(130)
-        stop.set()
-
+    request = ShutdownRequest()
+    stop = request.event
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, on_signal)
-    executor = MultiThreadedExecutor(num_threads=4)
+        signal.signal(sig, request.on_signal)
+    if options.autostart:
+        _autostart(node)
+    ask_goals = int(node.get_parameter("ask_max_goals").value)
+    executor = MultiThreadedExecutor(num_threads=BASE_EXECUTOR_THREADS + ask_goals)
     executor.add_node(node)
     failures: list[BaseException] = []
+    halt = threading.Event()  # leaves the spin loop; set only once the node has finished
 
     def spin() -> None:
-        # Our own loop rather than executor.spin(): it leaves on `stop` by itself, so the executor is shut
+        # Our own loop rather than executor.spin(): it leaves on `halt` by itself, so the executor is shut
         # down only after it returned (shutting a MultiThreadedExecutor down under a running spin() can make
         # spin() raise "cannot schedule new futures after shutdown").
         try:
-            while not stop.is_set() and rclpy.ok():
-                executor.spin_once(timeout_sec=0.1)
+            while not halt.is_set() and rclpy.ok():
+                try:
+                    executor.spin_once(timeout_sec=0.1)
+                except InvalidHandle:
+                    # A lifecycle transition destroyed a subscription the executor was waiting on (rclpy
+                    # does not catch this case everywhere): the next wait set no longer holds it.
+                    continue
         except BaseException as exc:  # a callback raised: stop cleanly, report it below
             failures.append(exc)
             stop.set()
+
+    def close() -> None:
+        # The node finishes while the executor still spins, so the last text, the ~/ask results and the
+        # acknowledgements still flow; then the executor stops.
+        ended = node.finish()
+        node.get_logger().info(f"stopped ({ended} text requests cancelled)")
+        halt.set()
+        spinner.join(timeout=SHUTDOWN_TIMEOUT_S)
+        executor.shutdown(timeout_sec=SHUTDOWN_TIMEOUT_S)  # waits for the callbacks in flight
+        node.destroy_node()
+        rclpy.try_shutdown()
 
     spinner = threading.Thread(target=spin, name="oxygen-executor", daemon=True)
     spinner.start()
@@ -137,16 +208,27 @@ def _run(args: list[str]) -> int:
     finally:
         stop.set()
         node.get_logger().info("shutting down: cancelling live text requests")
-        spinner.join(timeout=SHUTDOWN_TIMEOUT_S)
-        executor.shutdown(timeout_sec=SHUTDOWN_TIMEOUT_S)  # waits for the callbacks in flight
-        ended = node.finish()
-        node.get_logger().info(f"stopped ({ended} text requests cancelled)")
-        node.destroy_node()
-        rclpy.try_shutdown()
+        # Shutdown work runs in its own thread: the main thread only waits in short, interruptible joins, so a
+        # repeated signal is handled when it arrives (its time decides whether it is the same request).
+        closer = threading.Thread(target=close, name="oxygen-shutdown", daemon=True)
+        closer.start()
+        while closer.is_alive():
+            closer.join(0.05)
     if failures:
         exc = failures[0]
         _die(f"stopped after an internal error: {type(exc).__name__}: {exc}")
     return 0
+
+
+def _autostart(node: object) -> None:
+    """Configure and activate a managed node; a failure leaves it up (unconfigured, the reason logged)."""
+    from rclpy.lifecycle import TransitionCallbackReturn
+
+    if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:  # type: ignore[attr-defined]
+        node.get_logger().error("autostart: configure failed; the node stays unconfigured")  # type: ignore[attr-defined]
+        return
+    if node.trigger_activate() != TransitionCallbackReturn.SUCCESS:  # type: ignore[attr-defined]
+        node.get_logger().error("autostart: activate failed; the node stays inactive")  # type: ignore[attr-defined]
 
 
 if __name__ == "__main__":

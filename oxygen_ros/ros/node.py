@@ -11,6 +11,12 @@ Diagnostics run in their own group from numbers the model thread records.
 Every time is the node clock's (`use_sim_time` and bag replay work). Bad inputs give a throttled warning,
 a counter in /diagnostics and no chunk for that tick; the node keeps running. All model and KV logic lives
 behind the runtime facade.
+
+Phases (the managed node in `lifecycle.py` drives them from its transitions; the plain node runs the first
+two in its constructor): configure = validate the parameters, load model, tokenizer and statistics, warm
+up, create the publishers and the `~/ask` action server; activate = subscriptions, the control timer and
+the model thread live; deactivate = stop ticking and finish live text (final deltas published, KV freed);
+cleanup = release everything. Parameters and the diagnostics timer exist from construction on.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Sequence
 
-from diagnostic_msgs.msg import DiagnosticArray
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from oxygen_ros_msgs.msg import ActionChunk, TextDelta
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.duration import Duration
@@ -39,10 +45,12 @@ from oxygen_ros.runtime import InputError, PolicyRuntime, RuntimeConfig
 from oxygen_ros.runtime.alignment import ChunkTooLate, aligned_trajectory, replan_due
 
 from . import params as P
+from .ask_server import AskServer
 from .convert import action_chunk_msg, compressed_image_to_array, image_to_array, joint_positions, stamp_to_ns, text_delta_msg
 from .diagnostics import Diagnostics, diagnostic_array
 from .inputs import InputStore, Observation, ObservationError
 from .outputs import JointLimits, final_text_topic, text_topic, to_trajectory_msg
+from .topic_stats import TopicStatistics
 
 __all__ = ["OxygenNode", "RuntimeLoader"]
 
@@ -64,28 +72,37 @@ class _TextPublishers:
     final: Publisher
 
 
+def _wait_acked(publishers: Sequence[Publisher], timeout_s: float, step_s: float = 0.01) -> bool:
+    """Wait up to `timeout_s` in all until every subscriber acknowledged what `publishers` sent.
+
+    In short slices: rclpy's wait holds the GIL for its whole timeout, which would keep the main thread from
+    handling a repeated Ctrl-C (main.py times signals as they are handled)."""
+    deadline = time.monotonic() + timeout_s
+    for pub in publishers:
+        while not pub.wait_for_all_acked(Duration(seconds=step_s)):
+            if time.monotonic() >= deadline:
+                return False
+    return True
+
+
 class OxygenNode(Node):
     """The policy node. Raises `params.ConfigError` for bad parameters and whatever `runtime_loader`
-    raises (`RuntimeLoadError`) when the model cannot be loaded."""
+    raises (`RuntimeLoadError`) when the model cannot be loaded.
 
-    def __init__(self, node_name: str = "oxygen_node", *, runtime_loader: RuntimeLoader | None = None, **kwargs: Any) -> None:
-        super().__init__(node_name, **kwargs)
-        self._values = P.declare_parameters(self)
+    `managed=True` (the lifecycle node) only declares the parameters and starts the diagnostics; the
+    transitions call `_configure`, `_activate`, `_deactivate` and `_cleanup`."""
+
+    def __init__(self, node_name: str = "oxygen_node", *, runtime_loader: RuntimeLoader | None = None,
+                 managed: bool = False, **kwargs: Any) -> None:
+        Node.__init__(self, node_name, **kwargs)
+        self._managed = managed
+        self._runtime_loader: RuntimeLoader = runtime_loader or PolicyRuntime.load
+        self._values = P.declare_parameters(self, fixed_read_only=not managed)
         self._warn_unknown_overrides()
-        self.settings, runtime_config = P.settings_from_values(self._values)
-        self.runtime = (runtime_loader or PolicyRuntime.load)(runtime_config)
-        self._check_fits_model()
-        s = self.settings
-        unused = self.runtime.num_image_slots - len(s.camera_topics)  # slots past the list: no camera, masked
-        self.store = InputStore(
-            [*s.camera_topics, *[""] * unused],
-            [*s.camera_optional, *[True] * unused],
-            [*s.camera_sizes, *[(0, 0)] * unused],
-            use_state=bool(s.joint_names),
-            max_instruction_chars=s.max_instruction_chars,
-        )
-        self.diag = Diagnostics(self._chunk_rate_hz())
-        self._limits = JointLimits(s.joint_limits_lower, s.joint_limits_upper)
+        self.runtime: Any = None  # set while configured
+        self._ready = False  # configured: runtime, store, statistics and publishers all exist
+        self.active = False
+        self.state_problem = ""  # why the latest configure failed ('' = it did not)
         self._loggers: dict[tuple[str, str], Any] = {}
         self._text_parts: dict[int, list[str]] = {}
         self._last_instruction = ""
@@ -93,18 +110,114 @@ class OxygenNode(Node):
         self._last_chunk_s: float | None = None  # node-clock time of the tick of the last chunk
         self._last_latency_s = 0.0  # observation → publication of the last chunk
         self._stopping = threading.Event()
+        self._model_thread: threading.Thread | None = None
+        self._input_subs: list[Any] = []
+        self._control_timer: Any = None
 
         self._timer_group = MutuallyExclusiveCallbackGroup()
         self._input_group = ReentrantCallbackGroup()
         self._diag_group = MutuallyExclusiveCallbackGroup()
-        self._create_publishers()
-        self._create_subscriptions()
-        self._create_timers()
+        self._ask_group = ReentrantCallbackGroup()
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.add_post_set_parameters_callback(self._after_set_parameters)
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", RELIABLE)
+        self._ask = AskServer(self, callback_group=self._ask_group)  # refuses questions until active
+        self._diag_timer = self.create_timer(float(self._values["diagnostics_period_s"]), self._on_diagnostics,
+                                             callback_group=self._diag_group)
+        if not managed:
+            self._configure()
+            self._activate()
+
+    # ---------------------------------------------------------------------------------- phases
+    def _configure(self) -> None:
+        """Validate the parameters, load the model (+ tokenizer, statistics, warm-up), create the publishers and
+        the ~/ask server. Raises ConfigError / RuntimeLoadError and then holds nothing."""
+        self._values = P.read_values(self)
+        self.settings, runtime_config = P.settings_from_values(self._values)
+        self.runtime = self._runtime_loader(runtime_config)
+        try:
+            self._check_fits_model()
+            s = self.settings
+            unused = self.runtime.num_image_slots - len(s.camera_topics)  # slots past the list: no camera, masked
+            self.store = InputStore(
+                [*s.camera_topics, *[""] * unused],
+                [*s.camera_optional, *[True] * unused],
+                [*s.camera_sizes, *[(0, 0)] * unused],
+                use_state=bool(s.joint_names),
+                max_instruction_chars=s.max_instruction_chars,
+            )
+            self.diag = Diagnostics(self._chunk_rate_hz())
+            self._diag_timer.timer_period_ns = int(round(s.diagnostics_period_s * 1e9))  # may have changed unconfigured
+            self.topic_stats = TopicStatistics([*s.camera_topics, *(["joint_states"] if s.joint_names else [])])
+            self._limits = JointLimits(s.joint_limits_lower, s.joint_limits_upper)
+            self._create_publishers()
+            self._ask.attach(self.runtime, max_tokens=s.ask_max_tokens, max_goals=s.ask_max_goals)
+        except BaseException:
+            self.runtime = None
+            raise
+        self.state_problem = ""
+        self._ready = True
+        self._log_start()
+
+    def _activate(self) -> None:
+        """Subscriptions, the control timer and the model thread live; ~/ask takes questions."""
+        self._stopping.clear()
+        self._tick_wanted.clear()
+        self._last_chunk_s = None  # the first tick after activation computes a chunk
+        self._create_subscriptions()
+        self._create_timers()
         self._model_thread = threading.Thread(target=self._model_loop, name="oxygen-model", daemon=True)
         self._model_thread.start()
-        self._log_start()
+        self._ask.set_active(True)
+        self.active = True
+
+    def _deactivate(self, timeout_s: float = 1.0) -> int:
+        """Stop ticking, cancel live text requests and questions and publish their final deltas (their KV is
+        freed), then drop the subscriptions. Returns how many requests ended."""
+        if not self.active:
+            return 0
+        self.active = False
+        self._ask.set_active(False)
+        self._stopping.set()
+        self._tick_wanted.set()
+        if self._model_thread is not None:
+            self._model_thread.join(timeout=30.0)  # the runtime is never used from two threads
+        if self._control_timer is not None:  # cancelled, not destroyed: `activate` resets it
+            self._control_timer.cancel()
+        ended = 0
+        try:
+            events = self.runtime.close()
+        except Exception as exc:
+            self.get_logger().error(f"closing the runtime failed: {type(exc).__name__}: {exc}")
+        else:
+            self._publish_events(events)
+            ended = sum(1 for ev in events if ev.final)
+            self.diag.engine(self.runtime.stats())  # /diagnostics shows the KV freed while inactive
+            _wait_acked([p for pubs in self._text_pubs.values() for p in (pubs.delta, pubs.final)], timeout_s)
+        self._ask.close("the node stopped answering (deactivated)")
+        for sub in self._input_subs:
+            self.destroy_subscription(sub)
+        self._input_subs = []
+        return ended
+
+    def _cleanup(self) -> None:
+        """Release the model, the publishers and the ~/ask server (back to unconfigured)."""
+        self._deactivate()
+        self._ready = False
+        self._ask.detach()
+        for pub in [self._chunk_pub, self._trajectory_pub, *(p for t in self._text_pubs.values() for p in (t.delta, t.final))]:
+            if pub is not None:
+                self._destroy_publisher(pub)
+        self._text_pubs = {}
+        self._text_parts.clear()
+        self.runtime = None
+
+    def _make_publisher(self, msg_type: Any, topic: str, qos: QoSProfile) -> Publisher:
+        """A publisher of a configured node (the managed node makes lifecycle publishers)."""
+        return self.create_publisher(msg_type, topic, qos)
+
+    def _destroy_publisher(self, publisher: Publisher) -> None:
+        self.destroy_publisher(publisher)
 
     # --------------------------------------------------------------------------------- set-up
     def _warn_unknown_overrides(self) -> None:
@@ -123,23 +236,22 @@ class OxygenNode(Node):
 
     def _check_fits_model(self) -> None:
         rt = self.runtime
-        problems = P.model_fit_problems(self.settings, rt.num_image_slots, rt.action_dim, rt.state_dim)
+        problems = P.model_fit_problems(self.settings, rt.num_image_slots, rt.action_dim, rt.state_dim, rt.needs_state)
         if problems:
             raise P.ConfigError("parameters do not fit the model: " + "; ".join(problems))
 
     def _create_publishers(self) -> None:
-        self._chunk_pub = self.create_publisher(ActionChunk, "~/action_chunk", RELIABLE)
+        self._chunk_pub = self._make_publisher(ActionChunk, "~/action_chunk", RELIABLE)
         self._trajectory_pub = (
-            self.create_publisher(JointTrajectory, self.settings.trajectory_topic, RELIABLE) if self.settings.joint_names else None
+            self._make_publisher(JointTrajectory, self.settings.trajectory_topic, RELIABLE) if self.settings.joint_names else None
         )
         self._text_pubs = {
             task.name: _TextPublishers(
-                self.create_publisher(TextDelta, text_topic(task.name), TEXT_QOS),
-                self.create_publisher(String, final_text_topic(task.name), RELIABLE),
+                self._make_publisher(TextDelta, text_topic(task.name), TEXT_QOS),
+                self._make_publisher(String, final_text_topic(task.name), RELIABLE),
             )
             for task in self.runtime.config.tasks
         }
-        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", RELIABLE)
 
     def _create_subscriptions(self) -> None:
         s = self.settings
@@ -164,32 +276,42 @@ class OxygenNode(Node):
 
     def _create_timers(self) -> None:
         s = self.settings
-        # The control timer only wakes the model thread (node clock: follows /clock with use_sim_time).
-        self._control_timer = self.create_timer(s.control_period_s, self._tick_wanted.set, callback_group=self._timer_group)
-        self._diag_timer = self.create_timer(s.diagnostics_period_s, self._on_diagnostics, callback_group=self._diag_group)
+        # The control timer only wakes the model thread (node clock: follows /clock with use_sim_time). It lives
+        # as long as the node: destroying a timer while the executor waits on it can make the executor raise.
+        if self._control_timer is None:
+            self._control_timer = self.create_timer(s.control_period_s, self._tick_wanted.set, callback_group=self._timer_group)
+        else:
+            self._control_timer.timer_period_ns = int(round(s.control_period_s * 1e9))
+            self._control_timer.reset()
 
     def _model_loop(self) -> None:
-        """The model thread: each control tick, the tick and then text decoding in the slack before the next."""
+        """The model thread: each control tick, the tick and then text decoding in the slack before the next.
+        Questions from ~/ask (and their cancellations) are taken in here, the runtime's only thread."""
         while not self._stopping.is_set():
-            if not self._tick_wanted.wait(timeout=0.1):
+            woken = self._tick_wanted.wait(timeout=0.1)
+            self._ask.pump()
+            if not woken:
                 continue
             self._tick_wanted.clear()
             if self._stopping.is_set():
                 break
             self._on_tick()
-            if self.runtime.config.engine_mode == "oxygen" and self.runtime.config.tasks:
+            if self.runtime.config.engine_mode == "oxygen":
                 self._on_decode()
 
     def _log_start(self) -> None:
         s, rt = self.settings, self.runtime
-        cameras = ", ".join(f"{i}:{t or '(masked)'}{' [compressed]' if t and s.camera_compressed[i] else ''}"
-                            for i, t in enumerate(s.camera_topics))
+        names = rt.image_slot_names  # every slot of the model, with the checkpoint's name and its topic
+        topics = [*s.camera_topics, *[""] * (len(names) - len(s.camera_topics))]
+        cameras = ", ".join(f"{i}:{names[i] if i < len(names) else i} <- {t or '(masked)'}"
+                            f"{' [compressed]' if t and s.camera_compressed[i] else ''}" for i, t in enumerate(topics))
         tasks = ", ".join(f"{t.name}/every {t.every_n_frames}" for t in rt.config.tasks) or "none"
         model = rt.config.checkpoint or f"preset {rt.config.model_preset}"
         self.get_logger().info(
             f"ready: model {model} ({rt.config.engine_mode}, {rt.config.device}, {rt.config.dtype}); cameras {cameras}; "
             f"{len(s.joint_names)} joints; {s.control_rate_hz:g} Hz; text tasks {tasks}"
         )
+        self.get_logger().info(rt.describe())
         if s.publish_trajectory and not s.joint_names:
             self.get_logger().warning("publish_trajectory is true but joint_names is empty: no JointTrajectory will be published")
 
@@ -255,9 +377,11 @@ class OxygenNode(Node):
                           slack_s=s.control_period_s / 2):  # fmt: skip
             return  # the current chunk still runs: replanning every n_action_steps steps
         start = time.perf_counter()
-        self.diag.tick_started(self._now_ns())
+        now_ns = self._now_ns()
+        self.diag.tick_started(now_ns)
+        self.topic_stats.record_ages(self.store.ages_s(now_ns))
         try:
-            obs = self.store.snapshot(self._now_ns(), int(s.max_observation_age_s * 1e9), s.default_instruction)
+            obs = self.store.snapshot(now_ns, int(s.max_observation_age_s * 1e9), s.default_instruction)
         except ObservationError as exc:
             self._skip(exc.kind, str(exc))
             return
@@ -267,6 +391,10 @@ class OxygenNode(Node):
             self.store.count(f"skipped_invalid_{exc.kind}")
             self._skip(f"invalid_{exc.kind}", str(exc))
             return
+        if self.runtime.last_prompt_truncated:  # cut as openpi/LeRobot do; the chunk still goes out
+            self.store.count("prompts_truncated")
+            self._warn("prompt_truncated", f"prompt cut to {self.runtime.model_config.max_prompt_tokens} tokens "
+                                           f"(max_prompt_tokens); shorten the instruction")
         try:
             # With real-time chunking the new chunk continues the last one; its delay is the last measured latency.
             result = self.runtime.step(frame, s.step_period_s, self._last_latency_s)
@@ -276,6 +404,7 @@ class OxygenNode(Node):
             return
         finally:
             self.diag.engine(self.runtime.stats())
+        self._ask.on_refused(getattr(result.tick, "refused", ()))
         try:
             self._publish_step(obs, result, start)
         except Exception as exc:  # e.g. NaN actions: no chunk rather than a wrong one
@@ -315,7 +444,10 @@ class OxygenNode(Node):
         if trajectory is not None:
             self._trajectory_pub.publish(trajectory)  # type: ignore[union-attr]
         self._last_latency_s = latency_s
-        self.diag.chunk_published(self._now_ns(), time.perf_counter() - start)
+        now_ns = self._now_ns()
+        self.diag.chunk_published(now_ns, time.perf_counter() - start)
+        if obs.stamp_ns > 0:
+            self.topic_stats.record_chunk_latency((now_ns - obs.stamp_ns) / 1e9)
 
     def _on_decode(self) -> None:
         fixed = self.runtime.config.tokens_per_frame > 0  # k tokens per frame: one decode call per tick
@@ -338,6 +470,7 @@ class OxygenNode(Node):
         """Publish TextDelta per event and, on a request's final event, its whole text as String."""
         if not events:
             return
+        self._ask.on_events(events)
         now = self._now_ns()
         tokens = 0
         for ev in events:
@@ -370,45 +503,58 @@ class OxygenNode(Node):
 
     def _on_diagnostics(self) -> None:
         now = self.get_clock().now()
-        statuses = self.diag.report(now.nanoseconds, self.store.counters(), hardware_id=self.runtime.config.device)
+        statuses = []
+        if self._ready:
+            device = self.runtime.config.device
+            statuses = self.diag.report(now.nanoseconds, self.store.counters(), hardware_id=device)
+            statuses.append(self.topic_stats.status(device))
+        statuses.append(self._state_status())
         self._diag_pub.publish(diagnostic_array(now.to_msg(), statuses))
+
+    def _state_status(self) -> DiagnosticStatus:
+        """The node's state: active, inactive, or unconfigured (with why the latest configure failed)."""
+        device = self.runtime.config.device if self._ready else ""
+        status = DiagnosticStatus(name="oxygen_ros: node", level=DiagnosticStatus.OK, hardware_id=device)
+        if self.active:
+            status.message = "active"
+        elif self._ready:
+            status.level, status.message = DiagnosticStatus.WARN, "inactive: configured, not ticking"
+        elif self.state_problem:
+            status.level, status.message = DiagnosticStatus.ERROR, f"unconfigured: {self.state_problem}"
+        else:
+            status.level, status.message = DiagnosticStatus.WARN, "unconfigured"
+        return status
 
     # ------------------------------------------------------------------------------ parameters
     def _on_set_parameters(self, changes: list[Parameter]) -> SetParametersResult:
-        return P.check_changes(self._values, changes)
+        return P.check_changes(self._values, changes, fixed_locked=self._managed and self.runtime is not None)
 
     def _after_set_parameters(self, changes: list[Parameter]) -> None:
         self._values = P.read_values(self)  # post-set: the new values are stored already
+        for p in changes:
+            self.get_logger().info(f"parameter {p.name} set to {p.value!r}")
+        if not self._ready:  # unconfigured (managed node): configure reads them
+            return
         old, new = self.settings, P.node_settings(self._values)
         self.settings = new
         self.store.max_instruction_chars = new.max_instruction_chars
         self._limits = JointLimits(new.joint_limits_lower, new.joint_limits_upper)
         if new.control_rate_hz != old.control_rate_hz:
-            self._control_timer.timer_period_ns = int(round(new.control_period_s * 1e9))
+            if self.active:
+                self._control_timer.timer_period_ns = int(round(new.control_period_s * 1e9))
         self.diag.set_target_rate(self._chunk_rate_hz())  # the control rate or the step period may have changed
-        for p in changes:
-            self.get_logger().info(f"parameter {p.name} set to {p.value!r}")
 
     # ------------------------------------------------------------------------------- shutdown
+    def destroy_node(self) -> None:
+        self._ask.destroy()
+        super().destroy_node()
+
     def finish(self, timeout_s: float = 1.0) -> int:
-        """Cancel live text requests and publish their final deltas (call after the executor stopped).
+        """Stop the node for good: cancel live text requests and questions and publish their final deltas
+        (main.py calls it while the executor still spins, so they and the ~/ask results go out).
 
         Waits up to `timeout_s` in all for subscribers to acknowledge the text (the data itself is sent at
         once; an acknowledgement may wait for the writer's next heartbeat). Returns how many requests ended.
         """
-        for timer in (self._control_timer, self._diag_timer):
-            timer.cancel()
-        self._stopping.set()
-        self._tick_wanted.set()
-        self._model_thread.join(timeout=30.0)  # the runtime is never used from two threads
-        try:
-            events = self.runtime.close()
-        except Exception as exc:
-            self.get_logger().error(f"closing the runtime failed: {type(exc).__name__}: {exc}")
-            return 0
-        self._publish_events(events)
-        deadline = time.monotonic() + timeout_s
-        for pubs in self._text_pubs.values():
-            for pub in (pubs.delta, pubs.final):
-                pub.wait_for_all_acked(Duration(seconds=max(0.0, deadline - time.monotonic())))
-        return sum(1 for ev in events if ev.final)
+        self._diag_timer.cancel()
+        return self._deactivate(timeout_s)

@@ -7,9 +7,11 @@ cannot hold a list of mappings. Parameters that fix the model or the wiring (top
 the node runs; the rest (rates, ages, output switches, limits, the default instruction) can be changed
 with `ros2 param set`, and a bad value is refused with a reason.
 
-Two ROS quirks handled here: a YAML integer (`5`) given to a double parameter is accepted (the
-double parameters use dynamic typing and are checked here instead), and an empty YAML list (`[]`)
-reaches the node as "not set", which is read as the empty list.
+Declared types are kept: an integer given for a double (a YAML `5`, `ros2 param set ... 3`) is converted
+to a double, anything else of the wrong type is refused. Every parameter has a value, an empty list
+included (rclpy cannot infer the type of `[]`, so those are declared typed and then given their empty
+value), so `ros2 param dump` and `ros2 param get` show all of them. An empty YAML list (`[]`) reaches the
+node as "not set" and keeps the (empty) default.
 """
 
 from __future__ import annotations
@@ -33,11 +35,14 @@ from rclpy.parameter import Parameter
 from rclpy.validate_topic_name import validate_topic_name
 
 from oxygen_ros.engine.modes import MODES
+from oxygen_ros.engine.questions import ASK_TASK
 from oxygen_ros.model.config import PRESETS
-from oxygen_ros.model.prompt import PROMPT_FORMATS
+from oxygen_ros.model.key_maps import VARIANTS
 from oxygen_ros.model.rtc import SCHEDULES
 from oxygen_ros.runtime import RuntimeConfig
 from oxygen_ros.runtime.alignment import REPLAN, TIME_ALIGNMENTS
+from oxygen_ros.runtime.cameras import slot_names_of, slot_positions
+from oxygen_ros.runtime.config import NORM_MODE_CHOICES, PROMPT_FORMAT_CHOICES, RESIZE_MODE_CHOICES
 
 __all__ = [
     "ConfigError",
@@ -52,7 +57,7 @@ __all__ = [
     "validate_values",
 ]
 
-DEFAULT_TRAJECTORY_TOPIC = "/joint_trajectory_controller/joint_trajectory"
+DEFAULT_TRAJECTORY_TOPIC = "joint_trajectory_controller/joint_trajectory"  # relative: follows the namespace
 _TASK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 
@@ -72,7 +77,7 @@ _ROS_TYPES = {
     "float[]": ParameterType.PARAMETER_DOUBLE_ARRAY,
     "bool[]": ParameterType.PARAMETER_BOOL_ARRAY,
 }
-_UNSET_TYPES = {
+_ARRAY_TYPES = {
     "str[]": Parameter.Type.STRING_ARRAY,
     "int[]": Parameter.Type.INTEGER_ARRAY,
     "float[]": Parameter.Type.DOUBLE_ARRAY,
@@ -95,7 +100,8 @@ class ParamSpec:
     low_open: bool = False  # low itself is not allowed (e.g. a rate must be > 0)
     check: Callable[[Any], str | None] | None = None  # extra per-value check returning a reason
 
-    def descriptor(self) -> ParameterDescriptor:
+    def descriptor(self, read_only: bool | None = None) -> ParameterDescriptor:
+        """The ROS descriptor; `read_only` overrides the spec's flag (a managed node enforces it itself)."""
         text = self.description
         if self.choices:
             text += f" One of: {', '.join(self.choices)}."
@@ -103,9 +109,7 @@ class ParamSpec:
             name=self.name,
             type=_ROS_TYPES[self.kind],
             description=text,
-            read_only=self.read_only,
-            # Doubles accept YAML integers too; the type is then checked by `ParamSpec.validate`.
-            dynamic_typing=self.kind in ("float", "float[]"),
+            read_only=self.read_only if read_only is None else read_only,
         )
         if self.low is not None and self.high is not None and self.kind == "int":
             desc.integer_range = [IntegerRange(from_value=int(self.low), to_value=int(self.high), step=1)]
@@ -179,6 +183,8 @@ def _check_task_names(value: Sequence[str]) -> str | None:
         return f"task_names {bad} must start with a letter and hold only letters, digits and '_' (they become topic names)"
     if len(set(value)) != len(value):
         return f"task_names must be unique, got {list(value)}"
+    if ASK_TASK in value:
+        return f"task_names: {ASK_TASK!r} is reserved for the ~/ask action's answers"
     return None
 
 
@@ -197,20 +203,43 @@ PARAMS: tuple[ParamSpec, ...] = (
               choices=tuple(sorted(PRESETS))),
     ParamSpec("checkpoint", "str", "", "Checkpoint folder (model.safetensors + config.json); '' = use model_preset."),
     ParamSpec("tokenizer", "str", "",
-              "PaliGemma SentencePiece .model file; '' = the built-in demo tokenizer (random-weight presets only)."),
+              "PaliGemma tokenizer: SentencePiece .model file or Hugging Face folder (tokenizer.json); '' = the "
+              "built-in demo tokenizer (random-weight presets only)."),
     ParamSpec("norm_stats", "str", "",
-              "norm_stats.json; '' = the checkpoint's assets if present, else no normalization."),
-    ParamSpec("norm_mode", "str", _runtime_default("norm_mode"), "How states/actions are normalized.",
-              choices=("quantile", "mean_std")),
+              "norm_stats.json (openpi format); '' = the checkpoint's own statistics (openpi assets/, LeRobot "
+              "processor files). A checkpoint without any refuses to start unless norm_mode is none."),
+    ParamSpec("norm_mode", "str", _runtime_default("norm_mode"),
+              "How states/actions are normalized: auto = as the checkpoint's framework (LeRobot: its norm map; openpi: "
+              "quantile; a preset: none), quantile, mean_std, or none (the model's normalized values go out as they are).",
+              choices=NORM_MODE_CHOICES),
     ParamSpec("device", "str", _runtime_default("device"), "Torch device: cpu, cuda or cuda:N.", check=_check_device),
     ParamSpec("dtype", "str", _runtime_default("dtype"), "Model weights dtype.", choices=("float32", "bfloat16")),
-    ParamSpec("horizon", "int", _runtime_default("horizon"), "Action chunk length H (actions per chunk).",
-              low=1, high=1000),
-    ParamSpec("denoise_steps", "int", _runtime_default("denoise_steps"), "Flow-matching Euler steps per chunk.",
-              low=1, high=1000),
+    ParamSpec("horizon", "int", _runtime_default("horizon"),
+              "Action chunk length H: 0 = the checkpoint's own (openpi action_horizon, LeRobot chunk_size); another "
+              "value than the checkpoint's is refused. Sets H of a preset.", low=0, high=1000),
+    ParamSpec("denoise_steps", "int", _runtime_default("denoise_steps"),
+              "Flow-matching Euler steps per chunk; 0 = the checkpoint's (LeRobot num_inference_steps, else 10).",
+              low=0, high=1000),
     ParamSpec("prompt_format", "str", _runtime_default("prompt_format"),
-              "Prompt layout; 'pi05_state' puts the digitized joint state in the prompt (needs joint_names).",
-              choices=tuple(PROMPT_FORMATS)),
+              "Prompt layout; auto = what the checkpoint records (LeRobot: pi05_state), else pi05_state with a "
+              "warning; 'pi05_state' puts the digitized joint state in the prompt (needs joint_names).",
+              choices=PROMPT_FORMAT_CHOICES),
+    ParamSpec("resize_mode", "str", _runtime_default("resize_mode"),
+              "Camera image resize: auto = as the checkpoint's framework; pil = openpi (PIL bilinear on uint8); "
+              "bilinear = LeRobot (torch bilinear on float, no antialiasing).", choices=RESIZE_MODE_CHOICES),
+    ParamSpec("delta_action_mask", "bool[]", [],
+              "Per action dimension: true = trained relative to the state (the state is added back after "
+              "unnormalizing; openpi ALOHA: 6 x true, false, 6 x true, false). Empty = the checkpoint's (LeRobot "
+              "use_relative_actions), else absolute."),
+    ParamSpec("paligemma_variant", "str", "",
+              "Backbone shape of an openpi training checkpoint without config.json ('' = from config.json).",
+              choices=("", *sorted(VARIANTS))),
+    ParamSpec("action_expert_variant", "str", "",
+              "Action expert shape of an openpi training checkpoint without config.json ('' = from config.json).",
+              choices=("", *sorted(VARIANTS))),
+    ParamSpec("action_dim", "int", 0,
+              "Model action width of an openpi training checkpoint without config.json (0 = from config.json).",
+              low=0, high=4096),
     ParamSpec("task_names", "str[]", _task_default("name"),
               "Text tasks decoded from every frame's shared prefix; each publishes on ~/text/<name>.",
               check=_check_task_names),
@@ -258,10 +287,14 @@ PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("rtc_schedule", "str", _runtime_default("rtc_schedule"),
               "Real-time chunking: prefix weights from the delay to the horizon.", choices=SCHEDULES),
     # ----------------------------------------------------------------------------- inputs (topics)
-    ParamSpec("camera_topics", "str[]", ["/camera/image_raw"],
+    ParamSpec("camera_topics", "str[]", ["camera/image_raw"],
               "One topic per image slot, in slot order (pi0.5: base, left wrist, right wrist); '' = no camera "
               "(masked slot). Slots past the end of the list are masked.",
               check=_check_topic("camera_topics", allow_empty=True)),
+    ParamSpec("camera_features", "str[]", [],
+              "Per camera_topics entry: the checkpoint image feature it feeds (LeRobot input_features name, e.g. "
+              "observation.images.top or top; openpi base_0_rgb, left_wrist_0_rgb, right_wrist_0_rgb). Empty = "
+              "camera_topics are in slot order. Slots no topic names are masked."),
     ParamSpec("camera_compressed", "bool[]", [],
               "Per slot: true = sensor_msgs/CompressedImage. Empty = a topic ending in '/compressed' is compressed."),
     ParamSpec("camera_optional", "bool[]", [],
@@ -270,7 +303,7 @@ PARAMS: tuple[ParamSpec, ...] = (
               low=0, high=100_000),
     ParamSpec("camera_heights", "int[]", [], "Per slot expected image height in pixels (0 = any); empty = any.",
               low=0, high=100_000),
-    ParamSpec("joint_state_topic", "str", "/joint_states", "sensor_msgs/JointState topic.",
+    ParamSpec("joint_state_topic", "str", "joint_states", "sensor_msgs/JointState topic.",
               check=_check_topic("joint_state_topic")),
     ParamSpec("joint_names", "str[]", [],
               "Joints read from joint_states (the state, in this order) and commanded by the trajectory (the first "
@@ -305,6 +338,11 @@ PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("joint_limits_upper", "float[]", [], "Upper position limit per joint_names entry; empty = no clamping.",
               read_only=False),
     ParamSpec("diagnostics_period_s", "float", 1.0, "Period of the /diagnostics report.", low=0.01, high=3600.0),
+    # --------------------------------------------------------------------------- ~/ask (Ask action)
+    ParamSpec("ask_max_tokens", "int", 48, "Longest answer of the ~/ask action (a goal's max_tokens 0 = this).",
+              low=1, high=100_000),
+    ParamSpec("ask_max_goals", "int", 4, "Most ~/ask goals open at once (more are refused); 0 = refuse every question.",
+              low=0, high=32),
 )
 
 SPECS: dict[str, ParamSpec] = {p.name: p for p in PARAMS}
@@ -334,6 +372,8 @@ class NodeSettings:
     joint_limits_lower: tuple[float, ...]
     joint_limits_upper: tuple[float, ...]
     diagnostics_period_s: float
+    ask_max_tokens: int = 48
+    ask_max_goals: int = 4
 
     @property
     def control_period_s(self) -> float:
@@ -346,28 +386,61 @@ class NodeSettings:
 
 
 # ------------------------------------------------------------------------------- node plumbing
-def declare_parameters(node: Node, specs: Sequence[ParamSpec] = PARAMS) -> dict[str, Any]:
-    """Declare every parameter on `node` (overrides from --params-file apply) and return the values.
+def declare_parameters(node: Node, specs: Sequence[ParamSpec] = PARAMS, fixed_read_only: bool = True) -> dict[str, Any]:
+    """Declare every parameter of `specs` (default: the policy node's) on `node` (overrides from --params-file
+    apply) and return the values.
 
-    Raises ConfigError when ROS itself refuses an override (e.g. a string given to an int parameter), or
-    a value breaks its spec.
+    `fixed_read_only=False` leaves the parameters that fix the model and the wiring writable for ROS (a
+    managed node accepts them while unconfigured and refuses them itself otherwise, see `check_changes`).
+    Also registers the pre-set callback that turns integers given for doubles into doubles.
+    Raises ConfigError when ROS itself refuses an override (e.g. a string given to an int parameter).
     """
+    overrides = getattr(node, "_parameter_overrides", None)
+    if overrides is None:
+        overrides = {}
+    _doubles_from_integers(overrides)  # the pre-set callback does not run for declarations
+    node.add_pre_set_parameters_callback(lambda params: [_as_declared_type(p) for p in params])
     problems = []
     for spec in specs:
-        default = spec.default
-        if spec.kind.endswith("[]") and not default:
-            # An empty list cannot be declared with its type: declare it unset (read back as []).
-            default = None if spec.kind == "float[]" else _UNSET_TYPES[spec.kind]
+        read_only = spec.read_only and fixed_read_only
+        empty_list = spec.kind.endswith("[]") and not spec.default
         try:
-            node.declare_parameter(spec.name, default, spec.descriptor())
+            if empty_list:
+                # rclpy infers BYTE_ARRAY from []: declare the typed parameter writable, give it its typed empty
+                # value unless overridden, then apply the final (possibly read-only) descriptor.
+                node.declare_parameter(spec.name, _ARRAY_TYPES[spec.kind], spec.descriptor(read_only=False))
+                if node.get_parameter_or(spec.name).type_ == Parameter.Type.NOT_SET:
+                    result = node.set_parameters([Parameter(spec.name, _ARRAY_TYPES[spec.kind], [])])[0]
+                    if not result.successful:
+                        raise ValueError(result.reason)
+                node.set_descriptor(spec.name, spec.descriptor(read_only))
+            else:
+                node.declare_parameter(spec.name, spec.default, spec.descriptor(read_only))
         except Exception as exc:  # rclpy: InvalidParameterTypeException / InvalidParameterValueException
             # Prefer this module's reason for the offending override over rclpy's longer message.
-            override = (getattr(node, "_parameter_overrides", None) or {}).get(spec.name)
+            override = overrides.get(spec.name)
             reason = spec.validate(override.value) if override is not None else None
             problems.append(reason or f"{spec.name}: {exc}")
     if problems:
         raise ConfigError("bad parameter: " + "; ".join(problems))
     return read_values(node, specs)
+
+
+def _as_declared_type(param: Parameter) -> Parameter:
+    """An integer (or integer list) given for a double (list) parameter, as a double; anything else unchanged."""
+    spec = SPECS.get(param.name)
+    if spec is None or spec.kind not in ("float", "float[]"):
+        return param
+    if spec.kind == "float" and param.type_ == Parameter.Type.INTEGER:
+        return Parameter(param.name, Parameter.Type.DOUBLE, float(param.value))
+    if spec.kind == "float[]" and param.type_ == Parameter.Type.INTEGER_ARRAY:
+        return Parameter(param.name, Parameter.Type.DOUBLE_ARRAY, [float(x) for x in param.value])
+    return param
+
+
+def _doubles_from_integers(overrides: dict[str, Parameter]) -> None:
+    for name, param in list(overrides.items()):
+        overrides[name] = _as_declared_type(param)
 
 
 def read_values(node: Node, specs: Sequence[ParamSpec] = PARAMS) -> dict[str, Any]:
@@ -387,13 +460,18 @@ def _get(node: Node, spec: ParamSpec) -> Any:
     return value
 
 
-def check_changes(current: Mapping[str, Any], changes: Sequence[Parameter]) -> SetParametersResult:
-    """The on-set-parameters check: each new value alone, then the whole set for consistency."""
+def check_changes(current: Mapping[str, Any], changes: Sequence[Parameter], fixed_locked: bool = False) -> SetParametersResult:
+    """The on-set-parameters check: each new value alone, then the whole set for consistency.
+
+    `fixed_locked`: refuse the parameters that fix the model and the wiring (a configured managed node)."""
     merged = dict(current)
     for param in changes:
         spec = SPECS.get(param.name)
         if spec is None:
             continue  # parameters this module does not own (use_sim_time, qos overrides, ...)
+        if fixed_locked and spec.read_only:
+            return SetParametersResult(successful=False, reason=(
+                f"{param.name} is fixed while the node is configured: clean it up (lifecycle) to change it"))
         value = param.value
         if value is None and spec.kind.endswith("[]"):
             value = []
@@ -429,7 +507,8 @@ def validate_values(values: Mapping[str, Any]) -> list[str]:
         return problems
     try:
         runtime_config(values).validate()
-    except ValueError as exc:
+        _camera_slots(values)  # feature names the checkpoint does not have
+    except ValueError as exc:  # CheckpointError is a ValueError too
         problems.append(str(exc))
     return problems
 
@@ -463,7 +542,20 @@ def _cross_checks(v: Mapping[str, Any]) -> list[str]:
             problems.append(f"joint_limits_lower > joint_limits_upper for joints {crossed}")
     if v["prompt_format"] == "pi05_state" and not joints:
         problems.append("prompt_format 'pi05_state' puts the joint state in the prompt: set joint_names")
+    features = list(v.get("camera_features") or [])
+    if features and len(features) != len(topics):
+        problems.append(f"camera_features must be empty or name one feature per camera_topics entry ({len(topics)}), "
+                        f"got {len(features)}")
     return problems
+
+
+def _camera_slots(v: Mapping[str, Any]) -> tuple[tuple[str, ...], list[int]] | None:
+    """(slot names, slot of each camera_topics entry) when cameras are given by feature name, else None."""
+    features = list(v.get("camera_features") or [])
+    if not features:
+        return None
+    names = slot_names_of(runtime_config(v))
+    return names, slot_positions(names, features)
 
 
 def runtime_config(values: Mapping[str, Any]) -> RuntimeConfig:
@@ -487,27 +579,44 @@ def settings_from_values(values: Mapping[str, Any]) -> tuple[NodeSettings, Runti
     return node_settings(values), runtime_config(values)
 
 
-def model_fit_problems(settings: NodeSettings, num_image_slots: int, action_dim: int, state_dim: int | None) -> list[str]:
-    """What in the ROS-side settings does not fit the loaded model (empty when all fits)."""
+def model_fit_problems(
+    settings: NodeSettings, num_image_slots: int, action_dim: int, state_dim: int | None, needs_state: bool = False
+) -> list[str]:
+    """What in the ROS-side settings does not fit the loaded model (empty when all fits).
+
+    ``needs_state``: the resolved prompt format or delta actions read the joint state.
+    """
     problems = []
     if len(settings.camera_topics) > num_image_slots:
         problems.append(f"camera_topics has {len(settings.camera_topics)} entries but the model has {num_image_slots} image slots")
     joints = len(settings.joint_names)
     if joints > action_dim:
         problems.append(f"joint_names has {joints} joints but the model's actions have {action_dim} dimensions")
-    if joints and state_dim is not None and joints != state_dim:
-        problems.append(f"joint_names has {joints} joints but the norm stats describe a state of {state_dim}")
+    if joints and state_dim is not None and joints > state_dim:  # narrower states use the statistics' leading entries
+        problems.append(f"joint_names has {joints} joints but the norm stats describe a state of only {state_dim}")
+    if needs_state and not joints:
+        problems.append("the checkpoint's prompt format (pi05_state) or its delta actions need the joint state: set joint_names")
     return problems
 
 
 def node_settings(v: Mapping[str, Any]) -> NodeSettings:
-    """The ROS-side settings of already validated values."""
+    """The ROS-side settings of already validated values (cameras given by feature name put in slot order)."""
     topics = tuple(v["camera_topics"])
     n = len(topics)
     compressed = tuple(v["camera_compressed"]) or tuple(t.endswith("/compressed") for t in topics)
     optional = tuple(v["camera_optional"]) or (False,) * n
     widths = tuple(v["camera_widths"]) or (0,) * n
     heights = tuple(v["camera_heights"]) or (0,) * n
+    slots = _camera_slots(v)
+    if slots is not None:
+        names, positions = slots
+        order = {slot: i for i, slot in enumerate(positions)}  # slot -> camera_topics index
+
+        def arrange(values: tuple[Any, ...], empty: Any) -> tuple[Any, ...]:
+            return tuple(values[order[s]] if s in order else empty for s in range(len(names)))
+
+        topics, compressed, optional = arrange(topics, ""), arrange(compressed, False), arrange(optional, True)
+        widths, heights = arrange(widths, 0), arrange(heights, 0)
     return NodeSettings(
         camera_topics=topics,
         camera_compressed=tuple(bool(c) for c in compressed),
@@ -527,4 +636,6 @@ def node_settings(v: Mapping[str, Any]) -> NodeSettings:
         joint_limits_lower=tuple(float(x) for x in v["joint_limits_lower"]),
         joint_limits_upper=tuple(float(x) for x in v["joint_limits_upper"]),
         diagnostics_period_s=float(v["diagnostics_period_s"]),
+        ask_max_tokens=int(v["ask_max_tokens"]),
+        ask_max_goals=int(v["ask_max_goals"]),
     )

@@ -9,10 +9,17 @@ from typing import Any
 
 from oxygen_ros.engine.modes import MODES
 from oxygen_ros.model.config import PRESETS
+from oxygen_ros.model.key_maps import VARIANTS
 from oxygen_ros.model.prompt import PROMPT_FORMATS
+from oxygen_ros.model.preprocess import RESIZE_MODES
 from oxygen_ros.model.rtc import SCHEDULES
 
 from .alignment import REPLAN, TIME_ALIGNMENTS
+
+# "auto" = as the checkpoint's own framework does it (see PolicyRuntime.load).
+NORM_MODE_CHOICES = ("auto", "quantile", "mean_std", "none")
+PROMPT_FORMAT_CHOICES = ("auto", *PROMPT_FORMATS)
+RESIZE_MODE_CHOICES = ("auto", *RESIZE_MODES)
 
 
 @dataclass
@@ -39,12 +46,18 @@ class RuntimeConfig:
     checkpoint: str = ""
     tokenizer: str = ""
     norm_stats: str = ""
-    norm_mode: str = "quantile"
+    norm_mode: str = "auto"
     device: str = "cpu"
     dtype: str = "float32"
-    horizon: int = 10
-    denoise_steps: int = 10
-    prompt_format: str = "pi05_state"
+    horizon: int = 0  # 0 = the checkpoint's chunk length (a preset's action_horizon)
+    denoise_steps: int = 0  # 0 = the checkpoint's (LeRobot num_inference_steps; 10 otherwise)
+    prompt_format: str = "auto"
+    resize_mode: str = "auto"
+    delta_action_mask: list[bool] = field(default_factory=list)  # [] = the checkpoint's (LeRobot relative actions)
+    # The shape of an openpi training checkpoint (no config.json); checked against config.json otherwise.
+    paligemma_variant: str = ""
+    action_expert_variant: str = ""
+    action_dim: int = 0
     tasks: list[TaskConfig] = field(default_factory=default_tasks)
     engine_mode: str = "oxygen"
     tokens_per_frame: int = 0
@@ -66,24 +79,30 @@ class RuntimeConfig:
         """Raise ValueError naming the first bad field and why; returns self."""
         checks: list[tuple[bool, str]] = [
             (self.checkpoint != "" or self.model_preset in PRESETS, f"model_preset must be one of {sorted(PRESETS)}"),
-            (self.norm_mode in ("quantile", "mean_std"), "norm_mode must be 'quantile' or 'mean_std'"),
+            (self.norm_mode in NORM_MODE_CHOICES, f"norm_mode must be one of {list(NORM_MODE_CHOICES)}"),
+            (not (self.norm_mode == "none" and self.norm_stats), "norm_mode 'none' contradicts a norm_stats file"),
             (self.dtype in ("float32", "bfloat16"), "dtype must be 'float32' or 'bfloat16'"),
             (self.device == "cpu" or self.device.startswith("cuda"), "device must be 'cpu' or 'cuda[:N]'"),
-            (1 <= self.horizon <= 1000, "horizon must be in 1..1000"),
-            (1 <= self.denoise_steps <= 1000, "denoise_steps must be in 1..1000"),
-            (self.prompt_format in PROMPT_FORMATS, f"prompt_format must be one of {list(PROMPT_FORMATS)}"),
+            (0 <= self.horizon <= 1000, "horizon must be in 0..1000 (0 = the checkpoint's chunk length)"),
+            (0 <= self.denoise_steps <= 1000, "denoise_steps must be in 0..1000 (0 = the checkpoint's)"),
+            (self.prompt_format in PROMPT_FORMAT_CHOICES, f"prompt_format must be one of {list(PROMPT_FORMAT_CHOICES)}"),
+            (self.resize_mode in RESIZE_MODE_CHOICES, f"resize_mode must be one of {list(RESIZE_MODE_CHOICES)}"),
+            (all(isinstance(b, bool) for b in self.delta_action_mask), "delta_action_mask must be a list of booleans"),
+            (self.paligemma_variant in ("", *VARIANTS), f"paligemma_variant must be '' or one of {sorted(VARIANTS)}"),
+            (self.action_expert_variant in ("", *VARIANTS), f"action_expert_variant must be '' or one of {sorted(VARIANTS)}"),
+            (0 <= self.action_dim <= 4096, "action_dim must be in 0..4096 (0 = the checkpoint's)"),
             (self.engine_mode in MODES, f"engine_mode must be one of {list(MODES)}"),
             (self.tokens_per_frame >= 0, "tokens_per_frame must be >= 0 (0 = fill the slack before the next tick)"),
             (self.kv_budget_mb > 0, "kv_budget_mb must be positive"),
             (self.admission in ("wait", "refuse"), "admission must be 'wait' or 'refuse'"),
             (self.max_waiting >= 0, "max_waiting must be >= 0"),
             (self.num_threads >= 0, "num_threads must be >= 0 (0 = torch's default)"),
-            (0 <= self.n_action_steps <= self.horizon,
+            (0 <= self.n_action_steps and (not self.horizon or self.n_action_steps <= self.horizon),
              "n_action_steps must be in 0..horizon (0 = the checkpoint's value, else the whole chunk)"),
             (self.replan in REPLAN, f"replan must be one of {list(REPLAN)}"),
             (self.time_alignment in TIME_ALIGNMENTS, f"time_alignment must be one of {list(TIME_ALIGNMENTS)}"),
             (0 <= self.rtc_beta < float("inf"), "rtc_beta must be finite and >= 0"),
-            (0 <= self.rtc_prefix_attention_horizon <= self.horizon,
+            (0 <= self.rtc_prefix_attention_horizon and (not self.horizon or self.rtc_prefix_attention_horizon <= self.horizon),
              "rtc_prefix_attention_horizon must be in 0..horizon (0 = the whole overlap)"),
             (self.rtc_schedule in SCHEDULES, f"rtc_schedule must be one of {list(SCHEDULES)}"),
         ]

@@ -17,22 +17,29 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from oxygen_ros.engine import Engine, EngineStats, FrameInput, TextEvent, TextTask, TickResult, make_runner
+from oxygen_ros.engine import Engine, EngineStats, FrameInput, QuestionRefused, TextEvent, TextTask, TickResult, make_runner
 from oxygen_ros.engine.allocator import keep_freed_buffers
 from oxygen_ros.engine.modes import OxygenRunner
 from oxygen_ros.engine.policy import DeadlinePolicy, FixedTokensPolicy
-from oxygen_ros.model.checkpoint import CheckpointError, load_checkpoint
+from oxygen_ros.model.checkpoint import CheckpointError, is_training_checkpoint, load_checkpoint, read_config
+from oxygen_ros.model.checkpoint_info import CheckpointInfo, preset_info
 from oxygen_ros.model.config import ModelConfig, preset
-from oxygen_ros.model.normalize import Normalizer, NormStatsError, find_norm_stats, load_norm_stats
+from oxygen_ros.model.key_maps import VARIANTS
+from oxygen_ros.model.normalize import Normalizer, NormStatsError, load_norm_stats
+from oxygen_ros.model.precision import cast_for_inference
 from oxygen_ros.model.preprocess import ImageError, prepare_images
 from oxygen_ros.model.prompt import PromptError, build_prompt_tokens, continuation_tokens
 from oxygen_ros.model.tokenizer import Tokenizer, TokenizerError, train_tokenizer
+from oxygen_ros.model.tokenizer_hf import load_tokenizer
 from oxygen_ros.model.vla import Pi05Model
 
 from .chunking import RealTimeChunker, RtcSettings
 from .config import RuntimeConfig
 
 log = logging.getLogger(__name__)
+TRUNCATION_WARN_EVERY_S = 5.0
+
+QUESTION_TEMPLATE = " Question: {question} Answer:"  # appended after the frame's prefix, like a task prompt
 
 
 class RuntimeLoadError(RuntimeError):
@@ -67,14 +74,22 @@ class PolicyRuntime:
         model: Pi05Model,
         tokenizer: Tokenizer,
         normalizer: Normalizer | None,
-        checkpoint_n_action_steps: int | None = None,
+        info: CheckpointInfo | None = None,
     ) -> None:
         self.config = config
-        self.checkpoint_n_action_steps = checkpoint_n_action_steps
         self.model = model
         self.model_config: ModelConfig = model.config
         self.tokenizer = tokenizer
         self.normalizer = normalizer
+        # What the checkpoint says about running it; ``checkpoint_info.n_action_steps`` is LeRobot's execution length.
+        self.checkpoint_info = info or preset_info(model.config)
+        self.prompt_format = _resolve_prompt_format(config, self.checkpoint_info)
+        self.resize_mode = self.checkpoint_info.resize_mode if config.resize_mode == "auto" else config.resize_mode
+        mask = config.delta_action_mask or self.checkpoint_info.delta_action_mask
+        self.delta_action_mask: tuple[bool, ...] | None = tuple(mask) if mask and any(mask) else None
+        self.prompts_truncated = 0  # prompts cut to max_prompt_tokens (as openpi and LeRobot do)
+        self.last_prompt_truncated = False  # whether the latest make_frame cut its prompt
+        self._truncation_warned_at = -float("inf")
         tasks = [
             TextTask(t.name, tuple(continuation_tokens(tokenizer, t.prompt)), t.every_n_frames, t.max_tokens, tuple(t.stop))
             for t in config.tasks
@@ -112,34 +127,111 @@ class PolicyRuntime:
         device = torch.device(config.device)
         if device.type == "cuda" and not torch.cuda.is_available():
             raise RuntimeLoadError(f"device {config.device!r} requested but CUDA is not available")
-        overrides = {"action_horizon": config.horizon, "num_denoise_steps": config.denoise_steps}
-        stats_path: Path | None = Path(config.norm_stats).expanduser() if config.norm_stats else None
         if config.checkpoint:
-            try:
-                loaded = load_checkpoint(config.checkpoint, dtype=dtype, device=device, config_overrides=overrides)
-            except (CheckpointError, OSError) as exc:
-                raise RuntimeLoadError(f"checkpoint {config.checkpoint}: {exc}") from None
-            model = loaded.model
-            if stats_path is None:
-                stats_path = loaded.norm_stats_path
+            model, info = cls._load_checkpoint(config, dtype, device)
         else:
+            cfg = preset(config.model_preset)
+            cfg = cfg.replace(
+                action_horizon=config.horizon or cfg.action_horizon, num_denoise_steps=config.denoise_steps or cfg.num_denoise_steps
+            )
             torch.manual_seed(config.seed)
-            model = Pi05Model(preset(config.model_preset).replace(**overrides)).to(device=device, dtype=dtype).eval()
+            info = preset_info(cfg)
+            model = cast_for_inference(Pi05Model(cfg), dtype, info.islands, device).eval()
             log.warning("model preset %r has random weights: its actions and text show the pipeline, not skill", config.model_preset)
         tokenizer = cls._load_tokenizer(config, model.config)
-        normalizer = None
-        if stats_path is not None:
-            try:
-                normalizer = Normalizer(load_norm_stats(stats_path), mode=config.norm_mode)  # type: ignore[arg-type]
-            except (NormStatsError, OSError) as exc:
-                raise RuntimeLoadError(f"norm stats {stats_path}: {exc}") from None
-            if normalizer.action_dim > model.config.action_dim:
-                raise RuntimeLoadError(
-                    f"norm stats describe {normalizer.action_dim} action dims; the model has {model.config.action_dim}"
-                )
-        runtime = cls(config, model, tokenizer, normalizer)
+        normalizer = cls._load_normalizer(config, info, model.config)
+        runtime = cls(config, model, tokenizer, normalizer, info)
+        runtime._log_choices()
         runtime.warm_up()
         return runtime
+
+    @staticmethod
+    def _load_checkpoint(config: RuntimeConfig, dtype: torch.dtype, device: torch.device) -> tuple[Pi05Model, CheckpointInfo]:
+        declared = {
+            "paligemma_variant": config.paligemma_variant, "action_expert_variant": config.action_expert_variant,
+            "action_dim": config.action_dim, "action_horizon": config.horizon,
+        }  # fmt: skip
+        path = Path(config.checkpoint).expanduser()
+        try:
+            # The config alone first (cheap): a mismatch is reported before gigabytes of weights are read.
+            described, _, _ = read_config(path, declared=declared)
+            # A training checkpoint's shape is the declared one; otherwise the parameters must agree with config.json.
+            problems = [] if is_training_checkpoint(path) else _declared_mismatches(config, described)
+            if problems:
+                raise RuntimeLoadError(f"checkpoint {config.checkpoint}: " + "; ".join(problems))
+            overrides = {"num_denoise_steps": config.denoise_steps} if config.denoise_steps else None
+            loaded = load_checkpoint(path, dtype=dtype, device=device, config_overrides=overrides, declared=declared)
+        except (CheckpointError, OSError) as exc:
+            raise RuntimeLoadError(f"checkpoint {config.checkpoint}: {exc}") from None
+        assert loaded.info is not None
+        return loaded.model, loaded.info
+
+    @staticmethod
+    def _load_normalizer(config: RuntimeConfig, info: CheckpointInfo, model_config: ModelConfig) -> Normalizer | None:
+        """The statistics: the norm_stats file, else the checkpoint's own; none only when asked for (or a preset)."""
+        found = info.norm
+        explicit = config.norm_mode not in ("auto", "none")
+        if config.norm_mode == "none" or (config.norm_mode == "auto" and not config.checkpoint and not config.norm_stats):
+            if config.checkpoint:
+                log.warning(
+                    "norm_mode none: states go into the model and actions come out of it unnormalized; the robot "
+                    "receives the model's normalized values (about [-1, 1]) as its commands"
+                )
+            return None
+        # A checkpoint's framework decides the formulas even with the user's own statistics file.
+        formula = found.formula if found else ("lerobot" if info.layout == "lerobot" else "openpi")
+        try:
+            if config.norm_stats:
+                path = Path(config.norm_stats).expanduser()
+                stats, source, eps = load_norm_stats(path), str(path), found.eps if found else None
+                modes = (found.state_mode, found.action_mode) if found else ("quantile", "quantile")
+            elif found is not None:
+                stats, source, eps, modes = found.stats, found.source, found.eps, (found.state_mode, found.action_mode)
+            elif info.norm_choices:
+                raise RuntimeLoadError(
+                    f"checkpoint {config.checkpoint} has several normalization statistics {list(info.norm_choices)}; "
+                    "set norm_stats to the one your robot was trained with"
+                )
+            elif not config.checkpoint:
+                raise RuntimeLoadError(
+                    f"norm_mode {config.norm_mode} needs statistics, and model preset {config.model_preset!r} has none: "
+                    "set norm_stats: /path/to/norm_stats.json, or norm_mode: auto (none for a preset)"
+                )
+            else:
+                raise RuntimeLoadError(
+                    f"no normalization statistics for checkpoint {config.checkpoint}: looked in "
+                    f"{'; '.join(info.norm_searched)}. Set norm_stats: /path/to/norm_stats.json (openpi format), or "
+                    "norm_mode: none to send the model's normalized actions unchanged"
+                )
+            if explicit:
+                modes = (config.norm_mode, config.norm_mode)
+            normalizer = Normalizer(
+                stats, mode=modes[0], action_mode=modes[1], formula=formula, eps=eps, source=source  # type: ignore[arg-type]
+            )
+        except (NormStatsError, OSError) as exc:
+            raise RuntimeLoadError(f"norm stats {config.norm_stats or (found.source if found else '')}: {exc}") from None
+        if normalizer.action_dim > model_config.action_dim:
+            log.info("norm stats describe %d action dims; the model has %d: using the leading entries",
+                     normalizer.action_dim, model_config.action_dim)  # fmt: skip
+        return normalizer
+
+    def describe(self) -> str:
+        """One line of what was chosen for this checkpoint (the node prints it at start-up)."""
+        info = self.checkpoint_info
+        steps = f" (n_action_steps {info.n_action_steps})" if info.n_action_steps else ""
+        delta = self.delta_action_mask
+        relative = f", delta actions on dims {[i for i, m in enumerate(delta) if m]}" if delta else ""
+        norm = self.normalizer.describe() if self.normalizer else "none"
+        return (
+            f"model: {info.layout} layout, chunk length {self.model_config.action_horizon}{steps}, prompt format "
+            f"{self.prompt_format}, resize {self.resize_mode}, statistics {norm}{relative}"
+        )
+
+    def _log_choices(self) -> None:
+        info, c = self.checkpoint_info, self.config
+        log.info("%s", self.describe())
+        if c.checkpoint and c.prompt_format == "auto" and info.prompt_format is None:
+            log.warning("prompt_format auto: using %s; %s. Set prompt_format explicitly.", self.prompt_format, info.prompt_format_note)
 
     def warm_up(self) -> None:
         """One prefill and one action chunk on a blank observation, so the first real tick does not pay
@@ -162,9 +254,12 @@ class PolicyRuntime:
     def _load_tokenizer(config: RuntimeConfig, model_config: ModelConfig) -> Tokenizer:
         try:
             if config.tokenizer:
-                tokenizer = Tokenizer.from_file(Path(config.tokenizer).expanduser())
+                tokenizer = load_tokenizer(Path(config.tokenizer).expanduser())
             elif config.checkpoint:
-                raise RuntimeLoadError("a checkpoint needs its tokenizer: set 'tokenizer' to the PaliGemma SentencePiece model")
+                raise RuntimeLoadError(
+                    "a checkpoint needs its tokenizer: set 'tokenizer' to the PaliGemma SentencePiece model "
+                    "(paligemma_tokenizer.model) or a Hugging Face tokenizer folder (tokenizer.json)"
+                )
             else:
                 path = demo_tokenizer_path(model_config.vocab_size)
                 tokenizer = Tokenizer.from_file(path) if path.exists() else train_tokenizer(path, model_config.vocab_size)
@@ -185,18 +280,32 @@ class PolicyRuntime:
 
     @property
     def action_dim(self) -> int:
-        return self.normalizer.action_dim if self.normalizer else self.model_config.action_dim
+        """Dimensions of the published actions (the statistics' width, at most the model's)."""
+        if self.normalizer is None:
+            return self.model_config.action_dim
+        return min(self.normalizer.action_dim, self.model_config.action_dim)
 
     @property
     def n_action_steps(self) -> int:
         """Actions of a chunk executed before the next replaces it: the configured value, else the
         checkpoint's, else the whole chunk (never more than the horizon)."""
         horizon = self.model_config.action_horizon
-        return min(horizon, self.config.n_action_steps or self.checkpoint_n_action_steps or horizon)
+        return min(horizon, self.config.n_action_steps or self.checkpoint_info.n_action_steps or horizon)
 
     @property
     def state_dim(self) -> int | None:
+        """The widest state the statistics describe (a narrower state uses their leading entries)."""
         return self.normalizer.state_dim if self.normalizer else None
+
+    @property
+    def needs_state(self) -> bool:
+        """Whether frames need the joint state (state in the prompt, or actions relative to it)."""
+        return self.prompt_format == "pi05_state" or self.delta_action_mask is not None
+
+    @property
+    def image_slot_names(self) -> tuple[str, ...]:
+        """The checkpoint's name for each image slot, in prefix order (LeRobot input_features, openpi cameras)."""
+        return self.checkpoint_info.image_features
 
     def make_frame(
         self, images: Sequence[np.ndarray | None], state: np.ndarray | None, instruction: str, stamp_ns: int, frame_seq: int | None = None
@@ -204,32 +313,55 @@ class PolicyRuntime:
         """Raw observation → model inputs; raises :class:`InputError` saying what is wrong."""
         slots = list(images) + [None] * (self.num_image_slots - len(images))
         try:
-            pixels, mask = prepare_images(slots, self.model_config)
+            pixels, mask = prepare_images(slots, self.model_config, self.resize_mode)  # type: ignore[arg-type]
         except ImageError as exc:
             raise InputError("image", str(exc)) from None
         text = (instruction or "").strip()
         if not text:
             raise InputError("instruction", "the instruction is empty")
-        state_norm = None
-        if self.config.prompt_format == "pi05_state":
-            if state is None:
-                raise InputError("state", "the prompt format 'pi05_state' needs the robot state (joint positions)")
+        if self.needs_state and state is None:
+            why = "the prompt format 'pi05_state'" if self.prompt_format == "pi05_state" else "delta actions"
+            raise InputError("state", f"{why} needs the robot state (joint positions)")
+        if state is not None:
             state = np.asarray(state, dtype=np.float64)
             if state.ndim != 1 or not np.all(np.isfinite(state)):
                 raise InputError("state", "the robot state must be a finite 1-D vector")
+            if self.delta_action_mask is not None and state.shape[0] < self._delta_dims():
+                raise InputError("state", f"delta actions add the state back to {self._delta_dims()} action dims; the state has {state.shape[0]}")
+        state_norm = None
+        if self.prompt_format == "pi05_state":
             try:
-                state_norm = self.normalizer.normalize_state(state, clip=True) if self.normalizer else np.clip(state, -1, 1)
+                # Not clipped: like openpi and LeRobot, a value below q01 becomes bin -1.
+                state_norm = self.normalizer.normalize_state(state) if self.normalizer else state
             except NormStatsError as exc:
                 raise InputError("state", str(exc)) from None
         try:
             prompt = build_prompt_tokens(
-                self.tokenizer, text, state_norm, self.config.prompt_format, max_tokens=self.model_config.max_prompt_tokens  # type: ignore[arg-type]
+                self.tokenizer, text, state_norm, self.prompt_format, max_tokens=self.model_config.max_prompt_tokens, truncate=True  # type: ignore[arg-type]
             )
         except PromptError as exc:
             raise InputError("instruction", str(exc)) from None
+        self.last_prompt_truncated = prompt.truncated
+        if prompt.truncated:
+            self._note_truncation(len(self.tokenizer.encode(prompt.text, add_bos=True)))
         seq = self.engine.stats().ticks if frame_seq is None else frame_seq
         device = self.model.device
-        return FrameInput(pixels.to(device), mask.to(device), torch.tensor(prompt.ids, dtype=torch.long, device=device), stamp_ns, seq)
+        tokens = torch.tensor(prompt.ids, dtype=torch.long, device=device)
+        return FrameInput(pixels.to(device), mask.to(device), tokens, stamp_ns, seq, robot_state=state)
+
+    def _note_truncation(self, length: int) -> None:
+        self.prompts_truncated += 1
+        now = time.monotonic()
+        if now - self._truncation_warned_at >= TRUNCATION_WARN_EVERY_S:
+            self._truncation_warned_at = now
+            log.warning(
+                "prompt of %d tokens cut to max_prompt_tokens %d, as openpi and LeRobot do (%d prompts cut so far); "
+                "shorten the instruction", length, self.model_config.max_prompt_tokens, self.prompts_truncated,
+            )  # fmt: skip
+
+    def _delta_dims(self) -> int:
+        assert self.delta_action_mask is not None
+        return min(len(self.delta_action_mask), self.action_dim)
 
     # ---------------------------------------------------------------------------------------- running
     def step(self, frame: FrameInput, step_period_s: float | None = None, latency_s: float = 0.0) -> StepResult:
@@ -255,7 +387,13 @@ class PolicyRuntime:
         else:
             report = self.runner.frame(frame)
             tick, events = report.tick, report.events
-        actions = self.normalizer.unnormalize_actions(tick.actions) if self.normalizer else tick.actions
+        actions = self.normalizer.unnormalize_actions(tick.actions) if self.normalizer else np.asarray(tick.actions, np.float64)
+        if self.delta_action_mask is not None and frame.robot_state is not None:
+            # openpi AbsoluteActions / LeRobot AbsoluteActionsProcessorStep: masked dims are relative to the state.
+            dims = self._delta_dims()
+            mask = np.asarray(self.delta_action_mask[:dims])
+            actions = actions.copy()
+            actions[..., :dims] += np.where(mask, frame.robot_state[:dims], 0.0)
         return StepResult(tick, np.asarray(actions, dtype=np.float32), events)
 
     def decode(self, deadline: float | None = None) -> list[TextEvent]:
@@ -267,7 +405,62 @@ class PolicyRuntime:
         return self._decoder.run(self.engine, deadline if deadline is not None else time.monotonic())
 
     def close(self) -> list[TextEvent]:
+        """Cancel every live request and pending question; returns their final events. The runtime stays usable."""
         return self.runner.close()
+
+    # -------------------------------------------------------------------------------------- questions
+    def question_tokens(self, question: str) -> list[int]:
+        """The continuation tokens of a question; raises InputError when it is empty or cannot fit a prompt."""
+        text = question.strip() if isinstance(question, str) else ""
+        if not text:
+            raise InputError("question", "the question is empty")
+        tokens = continuation_tokens(self.tokenizer, QUESTION_TEMPLATE.format(question=text))
+        if len(tokens) > self.model_config.max_prompt_tokens:
+            raise InputError("question", f"the question has {len(tokens)} tokens, at most "
+                                         f"{self.model_config.max_prompt_tokens} fit a prompt")
+        return tokens
+
+    def question_refusal(self, n_tokens: int, max_tokens: int) -> str | None:
+        """Why a question would be refused now (reads counters only: any thread), or None."""
+        if self.mode == "action_only":
+            return "engine_mode action_only decodes no text"
+        return self.engine.question_refusal(n_tokens, max_tokens)
+
+    def ask(self, tokens: Sequence[int], max_tokens: int) -> int:
+        """Queue a question for the next frame; returns its request id (raises QuestionRefused)."""
+        if self.mode == "action_only":
+            raise QuestionRefused("engine_mode action_only decodes no text")
+        return self.engine.ask(tokens, max_tokens)
+
+    def cancel(self, request_id: int) -> list[TextEvent]:
+        """Cancel one request or pending question; its final event (empty when it had already ended)."""
+        event = self.engine.cancel(request_id)
+        return [event] if event is not None else []
 
     def stats(self) -> EngineStats:
         return self.engine.stats()
+
+
+def _resolve_prompt_format(config: RuntimeConfig, info: CheckpointInfo) -> str:
+    if config.prompt_format != "auto":
+        return config.prompt_format
+    return info.prompt_format or "pi05_state"  # openpi's default for pi0.5 (discrete_state_input = pi05)
+
+
+def _declared_mismatches(config: RuntimeConfig, described: ModelConfig) -> list[str]:
+    """Parameters that contradict what the checkpoint says (0 / '' = not given)."""
+    problems = []
+    if config.horizon and config.horizon != described.action_horizon:
+        problems.append(
+            f"horizon {config.horizon} differs from the checkpoint's chunk length {described.action_horizon} (openpi "
+            "action_horizon, LeRobot chunk_size): the action tokens attend to each other, so another length changes "
+            f"every action. Leave horizon at 0 (or set {described.action_horizon}); to execute fewer actions of each "
+            "chunk use n_action_steps"
+        )
+    if config.action_dim and config.action_dim != described.action_dim:
+        problems.append(f"action_dim {config.action_dim} differs from the checkpoint's {described.action_dim}")
+    for name, expert in (("paligemma_variant", described.backbone), ("action_expert_variant", described.expert)):
+        value = getattr(config, name)
+        if value and VARIANTS[value] != expert:
+            problems.append(f"{name} {value} does not match the checkpoint's shape (width {expert.width}, depth {expert.depth})")
+    return problems

@@ -1,0 +1,37 @@
+"""Checks of the launch file's arguments, kept free of `launch` (not on PyPI) so they are tested anywhere."""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["LaunchArgumentError", "as_bool", "check_params_file", "node_arguments"]
+
+
+class LaunchArgumentError(ValueError):
+    """A launch argument is wrong; the message says which and why (launch prints it and exits 1)."""
+
+
+def as_bool(name: str, text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off", ""):
+        return False
+    raise LaunchArgumentError(f"{name} must be true or false, got {text!r}")
+
+
+def check_params_file(path: str) -> str:
+    """The params file's absolute path; raises when it is missing, so the node never starts on its defaults."""
+    if not path:
+        raise LaunchArgumentError("params_file is empty: give a ROS 2 parameters YAML")
+    full = os.path.abspath(os.path.expanduser(path))
+    if not os.path.isfile(full):
+        raise LaunchArgumentError(f"params_file {path!r} does not exist (looked for {full})")
+    return full
+
+
+def node_arguments(lifecycle: bool, autostart: bool) -> list[str]:
+    """Command-line flags of oxygen_node for the managed node (see oxygen_ros/ros/main.py)."""
+    if not lifecycle:
+        return []
+    return ["--lifecycle", *(["--autostart"] if autostart else [])]
