@@ -48,6 +48,7 @@ class Listener:
         self.chunks: list = []
         self._parts: dict[int, list[str]] = {}
         self._early_labels: list[dict] = []  # labels of an episode whose start has not arrived yet
+        self._began_ns: dict[int, int] = {}  # when each episode's scene appeared
         self._said = {"language": "", "memory": ""}
         node.create_subscription(String, "oxygen_sim_node/episode", self._on_episode, latched)
         node.create_subscription(String, "oxygen_sim_node/labels", self._on_labels, latched)
@@ -71,6 +72,7 @@ class Listener:
         if e["event"] == "start":
             log = EpisodeLog(e["index"], e["instruction"], e["clock_start_ns"])
             self.episodes.append(log)
+            self._began_ns[log.index] = e["stamp_ns"]
             log.labels += [(x["stamp_ns"], x["subtask"], x["memory"]) for x in self._early_labels if x["episode"] == log.index]
             self._said = {"language": "", "memory": ""}
             _say(f"\n=== episode {e['index'] + 1}: \"{e['instruction']}\" (scene seed {e['seed']})")
@@ -121,7 +123,7 @@ class Listener:
         if log is None or msg.finish_reason == "cancelled":
             return
         source = stamp_to_ns(msg.source_stamp)
-        if not log.labels or source < log.labels[0][0]:  # forked from the previous episode's scene
+        if source < self._began_ns.get(log.index, 0):  # forked from the previous episode's scene
             return
         log.texts.append(TextOut(msg.task, text, source, stamp_to_ns(msg.header.stamp)))
         if text != self._said[msg.task]:  # print what changes, not every repetition
@@ -158,30 +160,35 @@ def run(episodes: int, seed: int, outdir: Path, policy_params: Path, sim_params:
     from rclpy.executors import SingleThreadedExecutor
 
     python = sys.executable
-    _say(f"[1/3] starting oxygen_node (trained demo policy, {policy_params.name}) and oxygen_sim_node ({sim_params.name})")
-    _say(f"[2/3] {episodes} episodes once both are up (narration and memory as they stream; ✓/✗ against the simulator's truth)")
     quiet = ["--log-level", "warn"]  # this process prints what matters; warnings and errors still show
+    _say(f"[1/3] starting oxygen_node with the trained demo policy ({policy_params.name})")
     policy = subprocess.Popen([python, "-m", "oxygen_ros.ros.main", "--params-file", str(policy_params), "--ros-args", *quiet],
                               cwd=ROOT)  # fmt: skip
-    sim_args = ["-p", f"episodes:={episodes}", "-p", f"seed:={seed}", "-p", "viewer_size:=192", "-p", "exit_when_done:=true",
-                "-p", "wait_for_commander_s:=120.0", *quiet]  # fmt: skip
-    sim = subprocess.Popen([python, "-m", "oxygen_ros.ros.sim_main", "--params-file", str(sim_params), "--ros-args", *sim_args],
-                           cwd=ROOT)  # fmt: skip
+    sim: subprocess.Popen | None = None
     rclpy.init()
     node = rclpy.create_node("oxygen_demo_listener")
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     listener = Listener(node)
     started = time.monotonic()
+    # The episodes start only once this listener sees the policy's text streams (DDS discovery takes up to
+    # a few seconds): otherwise the first narration could go out before anyone listens.
+    streams = ["oxygen_node/action_chunk", "oxygen_node/text/language", "oxygen_node/text/memory"]
     try:
-        ready = _spin_until(executor, lambda: listener.episodes or policy.poll() is not None or sim.poll() is not None, 150)
-        if not ready or policy.poll() is not None or sim.poll() is not None:
-            _say("the nodes did not come up; see their messages above")
+        ready = _spin_until(executor, lambda: all(node.count_publishers(t) for t in streams) or policy.poll() is not None, 150)
+        if not ready or policy.poll() is not None:
+            _say("oxygen_node did not come up; see its messages above")
             return 1
-        _spin_until(executor, lambda: listener.ended >= episodes or sim.poll() is not None, 30.0 * episodes + 60)
+        _say(f"[2/3] starting oxygen_sim_node ({sim_params.name}): {episodes} episodes; narration and memory as they "
+             "stream, ✓/✗ against the simulator's truth")  # fmt: skip
+        sim_args = ["-p", f"episodes:={episodes}", "-p", f"seed:={seed}", "-p", "viewer_size:=192", "-p", "exit_when_done:=true",
+                    "-p", "wait_for_commander_s:=60.0", *quiet]  # fmt: skip
+        sim = subprocess.Popen([python, "-m", "oxygen_ros.ros.sim_main", "--params-file", str(sim_params), "--ros-args", *sim_args],
+                               cwd=ROOT)  # fmt: skip
+        _spin_until(executor, lambda: listener.ended >= episodes or sim.poll() is not None, 30.0 * episodes + 90)
         _spin_until(executor, lambda: listener.ended >= episodes, 5.0)
     finally:
-        _stop(sim, policy)
+        _stop(*[p for p in (sim, policy) if p is not None])
         executor.shutdown()
         node.destroy_node()
         rclpy.shutdown()

@@ -41,6 +41,7 @@ def test_the_committed_policy_reaches_the_targets_on_held_out_scenes(oxygen) -> 
 def test_oxygen_and_sequential_give_identical_actions_and_text(oxygen) -> None:  # noqa: ANN001
     runtime, settings = oxygen
     sequential, _ = load("sequential")
+    settings = dataclasses.replace(settings, time_limit_s=6.0)
     for spec in eval_specs(HELD_OUT_SEED + 100, 2):
         a, b = run_episode(runtime, spec, settings), run_episode(sequential, spec, settings)
         assert a.success == b.success and a.chunks == b.chunks

@@ -154,3 +154,16 @@ def test_demo_preset_is_small() -> None:
         model = Pi05Model(preset("demo"))
     assert isinstance(model.config, ModelConfig)
     assert count_parameters(model) * 4 < 20 * 1024 * 1024
+
+
+def test_patch_positions_start_distinct_and_flow_times_follow_beta() -> None:
+    from oxygen_ros.train.forward import sample_flow_time
+    from oxygen_ros.train.trainer import sincos_2d
+
+    codes = sincos_2d(8, 64)
+    distances = torch.cdist(codes, codes) + torch.eye(64) * 1e9
+    assert codes.shape == (64, 64) and float(distances.min()) > 0.1  # every patch place has its own code
+    t = sample_flow_time(20_000, torch.Generator().manual_seed(0))
+    assert 0.001 <= float(t.min()) and float(t.max()) <= 1.0
+    # Beta(1.5, 1) has mean 0.6 (scaled by 0.999, shifted by 0.001)
+    assert abs(float(t.mean()) - (0.6 * 0.999 + 0.001)) < 0.01

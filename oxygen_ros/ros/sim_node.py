@@ -77,9 +77,10 @@ class OxygenSimNode(Node):
         if problems:
             raise ConfigError("bad parameter: " + "; ".join(problems))
         self.v = v
-        specs = eval_specs(v["seed"], v["episodes"]) if v["seed"] + v["episodes"] <= 1_000_000 else []
-        if not specs:
-            raise ConfigError("seed + episodes must stay below 1000000 (the held-out range)")
+        try:
+            specs = eval_specs(v["seed"], v["episodes"])
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         instructions = v["instructions"]
         if instructions:
             specs = [EpisodeSpec.with_instruction(s.seed, instructions[i % len(instructions)]) if instructions[i % len(instructions)]

@@ -51,7 +51,8 @@ class Camera:
         return uv, depth
 
 
-BASE_CAMERA = Camera(np.array([0.74, 0.0, 0.56]), np.array([-0.41, 0.0, -0.53]), np.array([0.0, 0.0, 1.0]), 54.0)
+# Faces the arm from across the table, framing the six object places as large as the image allows.
+BASE_CAMERA = Camera(np.array([0.65, 0.0, 0.80]), np.array([-0.32, 0.0, -0.77]), np.array([0.0, 0.0, 1.0]), 38.0)
 
 
 def wrist_camera(q: np.ndarray) -> Camera:

@@ -60,6 +60,7 @@ class TrainConfig:
     prompt_format: str = "pi05_state"
     threads: int = 1  # torch threads (one: fastest on a shared machine, and results independent of the core count)
     dtype: str = "float32"  # stored weights: float32 or bfloat16
+    save_every: int = 0  # also write the checkpoint every this many steps (0 = only at the end)
 
     def model_config(self) -> ModelConfig:
         return self.model or preset(self.preset)
@@ -79,17 +80,30 @@ class TrainResult:
         return {k: sum(v[-50:]) / len(v[-50:]) for k, v in self.history.items() if k != "lr" and v}
 
 
+def sincos_2d(grid: int, width: int) -> torch.Tensor:
+    """2-D sine-cosine position codes [grid*grid, width] (row-major patches), as MAE initializes ViTs."""
+    quarter = width // 4
+    omega = 1.0 / 10_000 ** (torch.arange(quarter, dtype=torch.float64) / quarter)
+    ys, xs = torch.meshgrid(torch.arange(grid, dtype=torch.float64), torch.arange(grid, dtype=torch.float64), indexing="ij")
+    parts = [f(c.reshape(-1, 1) * omega) for c in (ys, xs) for f in (torch.sin, torch.cos)]
+    codes = torch.cat(parts, dim=1)
+    return torch.nn.functional.pad(codes, (0, width - codes.shape[1])).float()
+
+
 def init_weights(model: Pi05Model) -> None:
     """Initialization from the global torch RNG: unit-scale token embeddings (they are multiplied by
-    √width), small learned positions, and zero adaptive-norm projections so every gated residual of the
-    action expert starts closed (adaLN-Zero, as in DiT)."""
+    √width), 2-D sine-cosine patch positions (learned from there: the policy must find objects in the
+    image from the start), and zero adaptive-norm projections so every gated residual of the action expert
+    starts closed (adaLN-Zero, as in DiT)."""
     width = model.config.backbone.width
     for module in model.modules():
         if isinstance(module, AdaRMSNorm):
             nn.init.zeros_(module.dense.weight)
             nn.init.zeros_(module.dense.bias)
     nn.init.normal_(model.embed_tokens.weight, std=width**-0.5)
-    nn.init.normal_(model.vision_tower.position_embedding.weight, std=0.02)
+    vision = model.config.vision
+    with torch.no_grad():
+        model.vision_tower.position_embedding.weight.copy_(sincos_2d(vision.image_size // vision.patch_size, vision.width))
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -172,11 +186,17 @@ def train(
             history[key].append(float(value.detach()))
         history["lr"].append(lr)
         bar.set_postfix(flow=f"{history['flow'][-1]:.4f}", text=f"{history['text'][-1]:.3f}", lr=f"{lr:.1e}")
+        if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
+            _save_weights(model, out, stats)
     train_seconds = time.perf_counter() - t1
     model.eval().requires_grad_(False)
     result = TrainResult(out, history, len(data), data_seconds, train_seconds)
     save_outputs(cfg, result, model, stats)
     return result
+
+
+def _save_weights(model: Pi05Model, out: Path, stats: dict) -> None:
+    save_checkpoint(model, out, layout="oxygen", norm_stats=stats, asset_id=ASSET_ID)
 
 
 def save_outputs(cfg: TrainConfig, result: TrainResult, model: Pi05Model, stats: dict) -> None:
