@@ -116,7 +116,7 @@ def test_n_action_steps_resolution_and_validation() -> None:
                 dict(rtc_beta=-1.0), dict(rtc_beta=float("nan")), dict(rtc_schedule="cosine"),
                 dict(rtc_prefix_attention_horizon=-2)):
         with pytest.raises(ValueError):
-            RuntimeConfig(**bad).validate()
+            RuntimeConfig(horizon=10, **bad).validate()
 
 
 # ------------------------------------------------------------------ against the simulator's follower
