@@ -469,3 +469,28 @@ def test_broken_processor_files_are_named(env: SimpleNamespace, tmp_path: Path) 
     (folder / "policy_preprocessor.json").write_text(json.dumps(pre))
     with pytest.raises(RuntimeLoadError, match="include_state_in_prompt=false"):
         runtime(env, folder)
+
+
+@pytest.mark.parametrize("layout", ["lerobot", "openpi"])
+def test_first_chunk_end_to_end_from_reference_inputs(env: SimpleNamespace, tmp_path: Path, layout: str) -> None:
+    """The whole chain without the runtime's intermediate values: reference pixels and prompt ids into the model's
+    uncached reference path with the runtime's first noise draw (seed 0), then the reference post-processing."""
+    if layout == "lerobot":
+        folder = lerobot_folder(tmp_path / "l", env.model, env.state, env.action)
+        pixels_of, norm = lerobot_pixels, lambda x, inverse: lerobot_quantile(x, env.state if not inverse else env.action, inverse)
+    else:
+        folder = openpi_converted(tmp_path / "o", env.model, openpi_norm_stats(env.state, env.action))
+        pixels_of, norm = openpi_pixels, lambda x, inverse: openpi_quantile(x, env.state if not inverse else env.action, inverse)
+    rt = runtime(env, folder, seed=0)
+    images = [camera(120, 200, 5), None, camera(40, 30, 6)]
+    result = rt.step(rt.make_frame(images, ROBOT_STATE, "stack the red block", stamp_ns=1))
+    size = REF_TINY.vision.image_size
+    pixels = torch.stack([pixels_of(im, size) if im is not None else torch.full((3, size, size), -1.0) for im in images])
+    mask = torch.tensor([im is not None for im in images])
+    tokens = torch.tensor(env.sp.encode(state_prompt("stack the red block", norm(ROBOT_STATE, False)), add_bos=True))
+    noise = torch.randn(H, REF_TINY.action_dim, generator=torch.Generator().manual_seed(0))
+    raw = env.model.sample_actions_uncached(pixels, mask, tokens, noise).numpy().astype(np.float64)
+    # LeRobot cuts to the action feature's width before unnormalizing; openpi after (per dimension: the same).
+    expected = norm(raw[:, :ACTION_DIM], True)
+    np.testing.assert_allclose(result.actions, expected, rtol=0, atol=1e-4)
+    assert np.abs(result.actions - norm(raw[:, :ACTION_DIM] + 1e-3, True)).max() > 1e-3  # the tolerance can tell
