@@ -181,8 +181,10 @@ def run(episodes: int, seed: int, outdir: Path, policy_params: Path, sim_params:
             return 1
         _say(f"[2/3] starting oxygen_sim_node ({sim_params.name}): {episodes} episodes; narration and memory as they "
              "stream, ✓/✗ against the simulator's truth")  # fmt: skip
-        sim_args = ["-p", f"episodes:={episodes}", "-p", f"seed:={seed}", "-p", "viewer_size:=192", "-p", "exit_when_done:=true",
-                    "-p", "wait_for_commander_s:=60.0", *quiet]  # fmt: skip
+        # The simulator waits for the policy and for this listener, and stays up until stopped here, so no
+        # episode report is lost to discovery delays.
+        sim_args = ["-p", f"episodes:={episodes}", "-p", f"seed:={seed}", "-p", "viewer_size:=192", "-p", "exit_when_done:=false",
+                    "-p", "wait_for_commander_s:=60.0", "-p", "wait_for_listener:=true", *quiet]  # fmt: skip
         sim = subprocess.Popen([python, "-m", "oxygen_ros.ros.sim_main", "--params-file", str(sim_params), "--ros-args", *sim_args],
                                cwd=ROOT)  # fmt: skip
         _spin_until(executor, lambda: listener.ended >= episodes or sim.poll() is not None, 30.0 * episodes + 90)

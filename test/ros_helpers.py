@@ -114,8 +114,8 @@ class NodeProcess:
     code (the process is killed if it does not exit within the timeout, and the code is then negative).
     """
 
-    def __init__(self, params_files: Sequence[str | Path], ros_args: Sequence[str] = (), flags: Sequence[str] = (),
-                 module: str = "oxygen_ros.ros.main", **env: str) -> None:
+    def __init__(self, params_files: Sequence[str | Path], ros_args: Sequence[str] = (), module: str = "oxygen_ros.ros.main",
+                 flags: Sequence[str] = (), **env: str) -> None:  # fmt: skip
         self.args = [sys.executable, "-m", module, *flags]  # flags: e.g. --lifecycle --autostart
         for path in params_files:
             self.args += ["--params-file", str(path)]

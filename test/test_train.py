@@ -4,6 +4,7 @@ and the training forward computes exactly what inference computes (prefix, text 
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -57,12 +58,16 @@ def test_checkpoint_runs_in_the_policy_runtime(tmp_path: Path, tiny_preset: Mode
     train(small_config(tiny_preset, dtype="bfloat16"), fake_expert_samples, tmp_path, progress=False)
     assert {"model.safetensors", "config.json", "tokenizer.model", "train_summary.json"} <= {p.name for p in tmp_path.iterdir()}
     assert (tmp_path / "assets" / "demo" / "norm_stats.json").exists()
+    # Arm joints trained relative to the state, gripper absolute: recorded in the checkpoint, read by the runtime.
+    mask = [True] * (STATE_DIM - 1) + [False]
+    assert json.loads((tmp_path / "config.json").read_text())["delta_action_mask"] == mask
     runtime = PolicyRuntime.load(
         RuntimeConfig(checkpoint=str(tmp_path), tokenizer=str(tmp_path / "tokenizer.model"), tokens_per_frame=4)
     )
     sample = next(fake_expert_samples(5, 10, 0.2, 56))
     result = runtime.step(runtime.make_frame(list(sample.images), sample.state, sample.instruction, stamp_ns=1))
     assert result.actions.shape == (10, STATE_DIM) and np.all(np.isfinite(result.actions))
+    assert runtime.delta_action_mask == tuple(mask)
     events = []
     for _ in range(10):
         events += runtime.decode()
@@ -167,3 +172,14 @@ def test_patch_positions_start_distinct_and_flow_times_follow_beta() -> None:
     assert 0.001 <= float(t.min()) and float(t.max()) <= 1.0
     # Beta(1.5, 1) has mean 0.6 (scaled by 0.999, shifted by 0.001)
     assert abs(float(t.mean()) - (0.6 * 0.999 + 0.001)) < 0.01
+
+
+def test_delta_action_targets_invert_to_the_expert_chunk(tmp_path: Path, tiny_preset: ModelConfig) -> None:
+    """Normalized targets, unnormalized and with the state added back on the masked dims as the runtime does,
+    give the expert's absolute chunk again."""
+    cfg = small_config(tiny_preset)
+    runtime, data, _ = prepare(cfg, fake_expert_samples, tmp_path)
+    sample = next(fake_expert_samples(cfg.seed * 100, 10, 0.2, 56))
+    mask = np.array(cfg.delta_mask(STATE_DIM))
+    restored = runtime.normalizer.unnormalize_actions(data.actions[0].numpy()) + np.where(mask, sample.state, 0.0)
+    np.testing.assert_allclose(restored, sample.actions, atol=1e-4)

@@ -387,8 +387,7 @@ class NodeSettings:
 
 # ------------------------------------------------------------------------------- node plumbing
 def declare_parameters(node: Node, specs: Sequence[ParamSpec] = PARAMS, fixed_read_only: bool = True) -> dict[str, Any]:
-    """Declare every parameter of `specs` (default: the policy node's) on `node` (overrides from --params-file
-    apply) and return the values.
+    """Declare every parameter on `node` (overrides from --params-file apply) and return the values.
 
     `fixed_read_only=False` leaves the parameters that fix the model and the wiring writable for ROS (a
     managed node accepts them while unconfigured and refuses them itself otherwise, see `check_changes`).

@@ -62,6 +62,8 @@ SIM_PARAMS = (
               "trajectory_msgs/JointTrajectory commands (joint trajectory controller semantics)."),
     ParamSpec("wait_for_commander_s", "float", 0.0, "Start the first episode only once a node publishes on "
               "trajectory_topic, waiting at most this long (0 = start at once).", low=0.0, high=3600.0),
+    ParamSpec("wait_for_listener", "bool", False, "With wait_for_commander_s: also wait until someone subscribes "
+              "to ~/episode (a recorder that must not miss the first episode)."),
     ParamSpec("exit_when_done", "bool", True, "Stop the node after the last episode."),
 )
 # fmt: on
@@ -115,7 +117,8 @@ class OxygenSimNode(Node):
     def _waiting_for_commander(self, now_s: float) -> bool:
         if self._commander_seen or now_s - self._created_s >= self.v["wait_for_commander_s"]:
             return False
-        self._commander_seen = self.count_publishers(self.v["trajectory_topic"]) > 0
+        listener = not self.v["wait_for_listener"] or self._episode_pub.get_subscription_count() > 0
+        self._commander_seen = listener and self.count_publishers(self.v["trajectory_topic"]) > 0
         return not self._commander_seen
 
     def _on_physics(self) -> None:

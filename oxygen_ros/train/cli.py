@@ -30,6 +30,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default=d.dtype, help="dtype of the stored weights")
     p.add_argument("--threads", type=int, default=d.threads, help="torch CPU threads (0 = torch's default)")
     p.add_argument("--save-every", type=int, default=0, help="also write the checkpoint every N steps (0 = at the end)")
+    p.add_argument("--absolute-actions", action="store_true", help="train on absolute joint targets (default: arm joints relative to the state)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)
 
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = TrainConfig(
         steps=args.steps, seed=args.seed, samples=args.samples, data_workers=args.data_workers, batch_size=args.batch_size, lr=args.lr,
         warmup_steps=min(args.warmup_steps, args.steps), flow_weight=args.flow_weight, text_weight=args.text_weight,
-        preset=args.preset, dtype=args.dtype, threads=args.threads, save_every=args.save_every,
+        preset=args.preset, dtype=args.dtype, threads=args.threads, save_every=args.save_every, delta_actions=not args.absolute_actions,
     )
     result = train(cfg, expert_samples, args.out, vocabulary(), progress=not args.no_progress)
     steps = len(result.history["total"])

@@ -63,10 +63,18 @@ def quantile_stats(values: np.ndarray) -> NormStats:
     )
 
 
-def compute_norm_stats(samples: Sequence[Sample]) -> dict[str, NormStats]:
-    """State and action statistics of the expert data (every action of every chunk counts)."""
+def relative_actions(sample: Sample, delta_mask: Sequence[bool]) -> np.ndarray:
+    """The chunk with the masked dims relative to the state (openpi's DeltaActions; the runtime adds it back)."""
+    mask = np.zeros(sample.actions.shape[-1], dtype=bool)
+    mask[: len(delta_mask)] = delta_mask
+    return (sample.actions - np.where(mask, sample.state, 0.0)).astype(np.float32)
+
+
+def compute_norm_stats(samples: Sequence[Sample], delta_mask: Sequence[bool] = ()) -> dict[str, NormStats]:
+    """State and action statistics of the expert data (every action of every chunk counts; actions after
+    DeltaActions, as openpi computes them)."""
     states = np.stack([s.state for s in samples])
-    actions = np.concatenate([s.actions for s in samples])
+    actions = np.concatenate([relative_actions(s, delta_mask) for s in samples])
     return {STATE_KEY: quantile_stats(states), ACTIONS_KEY: quantile_stats(actions)}
 
 
@@ -108,8 +116,11 @@ def pixels_from_uint8(u: torch.Tensor) -> torch.Tensor:
     return u.to(torch.float32) / 255.0 * 2.0 - 1.0
 
 
-def build_training_set(samples: Sequence[Sample], runtime: PolicyRuntime, task_names: Sequence[str]) -> TrainingSet:
-    """Preprocess every sample with ``runtime.make_frame``; text targets are ``" " + text`` then EOS."""
+def build_training_set(
+    samples: Sequence[Sample], runtime: PolicyRuntime, task_names: Sequence[str], delta_mask: Sequence[bool] = ()
+) -> TrainingSet:
+    """Preprocess every sample with ``runtime.make_frame``; text targets are ``" " + text`` then EOS; action
+    targets normalized after DeltaActions with ``delta_mask``."""
     norm = runtime.normalizer
     if norm is None:
         raise ValueError("the runtime needs the norm stats of the training data")
@@ -138,7 +149,7 @@ def build_training_set(samples: Sequence[Sample], runtime: PolicyRuntime, task_n
         pixels.append(stored)
         prompts.append(frame.prompt_tokens.cpu())
         texts.append([torch.tensor(tok.encode(" " + s.texts[n]) + [cfg.eos_token_id]) for n in task_names])
-        actions.append(norm.normalize_actions(s.actions))
+        actions.append(norm.normalize_actions(relative_actions(s, delta_mask)))
     if slots is None:
         raise ValueError("no training samples")
     return TrainingSet(

@@ -61,9 +61,14 @@ class TrainConfig:
     threads: int = 1  # torch threads (one: fastest on a shared machine, and results independent of the core count)
     dtype: str = "float32"  # stored weights: float32 or bfloat16
     save_every: int = 0  # also write the checkpoint every this many steps (0 = only at the end)
+    delta_actions: bool = True  # arm joints relative to the state, gripper absolute (openpi's DeltaActions)
 
     def model_config(self) -> ModelConfig:
         return self.model or preset(self.preset)
+
+    def delta_mask(self, action_dim: int) -> list[bool]:
+        """Every dim but the last (the gripper) relative to the state, as openpi's make_bool_mask(n, -1)."""
+        return [i < action_dim - 1 for i in range(action_dim)] if self.delta_actions else []
 
 
 @dataclass
@@ -116,7 +121,8 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 def runtime_config(cfg: TrainConfig, model_config: ModelConfig) -> RuntimeConfig:
     return RuntimeConfig(
-        horizon=model_config.action_horizon, prompt_format=cfg.prompt_format, tasks=list(cfg.tasks), kv_budget_mb=4.0
+        horizon=model_config.action_horizon, prompt_format=cfg.prompt_format, tasks=list(cfg.tasks), kv_budget_mb=4.0,
+        delta_action_mask=cfg.delta_mask(model_config.action_dim),
     )
 
 
@@ -134,7 +140,8 @@ def prepare(
         raise ValueError("the expert produced no samples")
     # The action expert's width in and out is the robot's: joints + gripper of the data.
     model_config = model_config.replace(action_dim=int(samples[0].actions.shape[-1]))
-    stats = compute_norm_stats(samples)
+    delta_mask = cfg.delta_mask(model_config.action_dim)
+    stats = compute_norm_stats(samples, delta_mask)
     normalizer = Normalizer(stats, mode="quantile")
     # The data's own strings plus the built-in robotics corpus, so the vocabulary size is always reachable.
     corpus = text_corpus(samples, normalizer, [t.prompt for t in cfg.tasks], vocabulary) + robot_corpus()
@@ -143,7 +150,7 @@ def prepare(
     model = Pi05Model(model_config)
     init_weights(model)
     runtime = PolicyRuntime(runtime_config(cfg, model_config), model, tokenizer, normalizer)
-    data = build_training_set(samples, runtime, [t.name for t in cfg.tasks])
+    data = build_training_set(samples, runtime, [t.name for t in cfg.tasks], delta_mask)
     return runtime, data, stats
 
 
@@ -187,7 +194,7 @@ def train(
         history["lr"].append(lr)
         bar.set_postfix(flow=f"{history['flow'][-1]:.4f}", text=f"{history['text'][-1]:.3f}", lr=f"{lr:.1e}")
         if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
-            _save_weights(model, out, stats)
+            _save_weights(model, out, stats, cfg.delta_mask(c.action_dim))
     train_seconds = time.perf_counter() - t1
     model.eval().requires_grad_(False)
     result = TrainResult(out, history, len(data), data_seconds, train_seconds)
@@ -195,14 +202,14 @@ def train(
     return result
 
 
-def _save_weights(model: Pi05Model, out: Path, stats: dict) -> None:
-    save_checkpoint(model, out, layout="oxygen", norm_stats=stats, asset_id=ASSET_ID)
+def _save_weights(model: Pi05Model, out: Path, stats: dict, delta_mask: list[bool]) -> None:
+    save_checkpoint(model, out, layout="oxygen", norm_stats=stats, asset_id=ASSET_ID, delta_action_mask=delta_mask or None)
 
 
 def save_outputs(cfg: TrainConfig, result: TrainResult, model: Pi05Model, stats: dict) -> None:
     out = result.out_dir
     stored = model.to(torch.bfloat16) if cfg.dtype == "bfloat16" else model
-    save_checkpoint(stored, out, layout="oxygen", norm_stats=stats, asset_id=ASSET_ID)
+    _save_weights(stored, out, stats, cfg.delta_mask(model.config.action_dim))
     plot_losses(result.history, out / "losses.png")
     steps = len(result.history["total"])
     summary = {
