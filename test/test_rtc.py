@@ -141,3 +141,20 @@ def test_rtc_runs_inside_inference_mode() -> None:
     with torch.inference_mode():
         inside = sample_actions_rtc(model, k, v, noise.clone(), target.clone(), weights, beta=5.0)
     torch.testing.assert_close(inside, outside)
+
+
+def test_rtc_in_bfloat16_runs_and_still_pulls_toward_the_previous_chunk() -> None:
+    model = tiny_model(seed=8).to(torch.bfloat16)
+    cfg = model.config
+    frame = make_frame(cfg, 4)
+    b = cfg.backbone
+    k = torch.zeros(b.depth, 400, b.num_kv_heads, b.head_dim, dtype=torch.bfloat16)
+    v = torch.zeros_like(k)
+    n = model.prefill(frame.images, frame.image_mask, frame.prompt_tokens, k, v).length
+    g = torch.Generator().manual_seed(2)
+    previous = model.sample_actions(k[:, :n], v[:, :n], torch.randn(cfg.action_horizon, cfg.action_dim, generator=g))
+    noise = torch.randn(cfg.action_horizon, cfg.action_dim, generator=g)
+    plain = model.sample_actions(k[:, :n], v[:, :n], noise)
+    guided = sample_actions_rtc(model, k[:, :n], v[:, :n], noise, previous, prefix_weights(3, cfg.action_horizon, cfg.action_horizon), 20.0)
+    assert guided.dtype == torch.float32 and bool(torch.isfinite(guided).all())
+    assert (guided[:3] - previous[:3]).abs().max() < 0.5 * (plain[:3] - previous[:3]).abs().max()
