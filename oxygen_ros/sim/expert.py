@@ -118,6 +118,9 @@ def expert_command(scene: Scene, target: int | None, dt: float) -> np.ndarray:
     dist = float(np.linalg.norm(delta))
     step = delta if dist <= speed * dt else delta * (speed * dt / dist)
     arm = inverse_kinematics(tip + step)
+    if arm is None:  # at the edge of the workspace or a joint limit: back towards its middle first
+        middle = np.array([0.33 * math.cos(q[0]), 0.33 * math.sin(q[0]), PRE_GRASP_Z]) - tip
+        arm = inverse_kinematics(tip + middle * min(1.0, speed * dt / max(float(np.linalg.norm(middle)), 1e-9)))
     command = q.copy()
     if arm is not None:
         limit = MAX_VELOCITY[:ARM_JOINTS] * dt

@@ -131,9 +131,12 @@ class Scene:
             positions.append(np.array([r * math.cos(bearing) + jitter[0], r * math.sin(bearing) + jitter[1], 0.0]))
         objects = [SceneObject(COLOURS[c], KINDS[int(rng.integers(len(KINDS)))], p) for c, p in zip(colours, positions)]
         start = None
+        margin = 0.15  # rad inside the joint limits, so the first motions have room
         while start is None:  # a start pose with the fingertips above the objects' heights
             r, yaw, z = rng.uniform(0.18, 0.36), rng.uniform(-0.9, 0.9), rng.uniform(0.13, 0.24)
             start = inverse_kinematics(np.array([r * math.cos(yaw), r * math.sin(yaw), z]))
+            if start is not None and (np.any(start < JOINT_LOWER[:ARM_JOINTS] + margin) or np.any(start > JOINT_UPPER[:ARM_JOINTS] - margin)):
+                start = None
         q = np.concatenate([start, [rng.uniform(0.045, GRIPPER_OPEN_M)]])
         return cls(objects, q, seed=seed)
 
