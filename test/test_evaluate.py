@@ -55,7 +55,7 @@ def test_oxygen_and_sequential_give_identical_actions_and_text(oxygen: PolicyRun
 def test_latency_and_observation_stamps_change_when_chunks_take_over(oxygen: PolicyRuntime) -> None:
     spec = eval_specs(3, 1)[0]
     base = run_episode(oxygen, spec, SHORT)
-    late = run_episode(oxygen, spec, EvalSettings(time_limit_s=1.6, latency_s=0.1, stamp_observation=True))
+    late = run_episode(oxygen, spec, EvalSettings(time_limit_s=1.6, latency_s=0.1, time_alignment="stamp"))
     assert late.chunks == base.chunks and not late.rejected
     assert not np.allclose(late.jerk_rms, base.jerk_rms)
 

@@ -19,6 +19,7 @@ from oxygen_ros.model.vla import count_parameters
 from oxygen_ros.engine.allocator import keep_freed_buffers
 
 from .memory import PeakMemory
+from .rtc import bench_guide
 from .workload import Workload
 
 
@@ -52,16 +53,21 @@ class PartsProbe:
             self.decoders[b] = engine
         self.prefill: list[float] = []
         self.action: list[float] = []
+        self.guide = bench_guide(model.config)
+        self.action_rtc: list[float] = []  # the same chunk by real-time chunking (bench/rtc.py)
         self.decode: dict[int, list[float]] = {b: [] for b in batches}
         self.prefix_tokens = 0
 
     def sample(self, index: int) -> None:
         prefix, p = self.engine.prefill(self.frames[index % len(self.frames)])
-        _, a = self.engine.act(prefix, self.workload.noise(self.model.config, index))
+        noise = self.workload.noise(self.model.config, index)
+        _, a = self.engine.act(prefix, noise)
+        _, a_rtc = self.engine.act(prefix, noise, self.guide)
         self.prefix_tokens = prefix.length
         self.engine.kv.release(prefix)
         self.prefill.append(p)
         self.action.append(a)
+        self.action_rtc.append(a_rtc)
         for b, engine in self.decoders.items():
             t0 = time.perf_counter()
             engine.decode_step()
@@ -72,6 +78,7 @@ class PartsProbe:
         return {
             "prefill_s": statistics.median(self.prefill),
             "action_s": statistics.median(self.action),
+            "action_rtc_s": statistics.median(self.action_rtc),
             "decode_s": {str(b): statistics.median(t) for b, t in self.decode.items()},
             "prefix_tokens": self.prefix_tokens,
             "params": count_parameters(self.model),

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 import torch
 
 from oxygen_ros.kv import KVCacheManager, KVPool, SharedPrefix, TextRequest, commit, plan_step
+from oxygen_ros.model.rtc import sample_actions_rtc
 from oxygen_ros.model.tokenizer import Tokenizer
 from oxygen_ros.model.vla import Pi05Model
 
 from .questions import ASK_TASK, Question, QuestionQueue, QuestionRefused
 from .text_stream import TextStream
-from .types import FrameInput, TextEvent, TextTask, TickResult
+from .types import ChunkGuide, FrameInput, TextEvent, TextTask, TickResult
 
 DEFAULT_KV_BUDGET_BYTES = 256 * 1024 * 1024
 
@@ -105,13 +106,19 @@ class Engine:
             raise
         return prefix, time.perf_counter() - t0
 
-    def act(self, prefix: SharedPrefix, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, float]:
-        """Sample one action chunk from a prefix, reading its KV in place."""
+    def act(
+        self, prefix: SharedPrefix, noise: torch.Tensor | None = None, guide: ChunkGuide | None = None
+    ) -> tuple[torch.Tensor, float]:
+        """Sample one action chunk from a prefix, reading its KV in place; with a guide, by real-time chunking."""
         t0 = time.perf_counter()
         if noise is None:
             noise = self.sample_noise()
         pool = self.kv.pool
-        actions = self.model.sample_actions(pool.view_k(prefix.extent), pool.view_v(prefix.extent), noise)
+        k, v = pool.view_k(prefix.extent), pool.view_v(prefix.extent)
+        if guide is None:
+            actions = self.model.sample_actions(k, v, noise)
+        else:
+            actions = sample_actions_rtc(self.model, k, v, noise, guide.target, guide.weights, guide.beta)
         _sync(self.model.device)
         return actions, time.perf_counter() - t0
 
@@ -170,7 +177,7 @@ class Engine:
         self._ticks += 1
         prefix, prefill_s = self.prefill(frame)
         try:
-            actions, action_s = self.act(prefix, noise)
+            actions, action_s = self.act(prefix, noise, frame.guide)
             wanted = due or self.kv.waiting_count or len(self.questions)
             result = self.start_requests(prefix, frame, due) if wanted else None
         finally:

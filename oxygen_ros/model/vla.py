@@ -47,6 +47,19 @@ class ExtendPlan(Protocol):
 
 
 @dataclass
+class DenoiseSchedule:
+    """The x_t-independent inputs of every Euler step of one chunk (see ``Pi05Model.denoise_schedule``)."""
+
+    steps: int
+    dt: float  # negative: time runs from 1 (noise) to 0 (actions)
+    times: list[float]  # flow time at each step
+    cos: Tensor
+    sin: Tensor
+    layer_mods: list[list[Modulations]]
+    final_mods: list[Tensor]
+
+
+@dataclass
 class PrefixOutput:
     length: int  # tokens written to the KV memory
     num_image_tokens: int
@@ -164,6 +177,33 @@ class Pi05Model(nn.Module):
         return PrefixOutput(length=t, num_image_tokens=n_img, last_hidden=hidden)
 
     # ---------------------------------------------------------------------------------------------- actions
+    def denoise_schedule(self, prefix_length: int, horizon: int, num_steps: int | None = None) -> "DenoiseSchedule":
+        """What every Euler step of one chunk needs and that does not depend on x_t: the action tokens' RoPE
+        tables, the flow times (1 → 0) and every adaptive norm's modulation at each of them."""
+        steps = num_steps or self.config.num_denoise_steps
+        positions = torch.arange(prefix_length, prefix_length + horizon, device=self.device).unsqueeze(0)
+        cos, sin = self.rope.cos_sin(positions, self.dtype)
+        dt = -1.0 / steps
+        times = 1.0 + dt * torch.arange(steps, device=self.device, dtype=torch.float32)
+        layer_mods, final_mods = self._action_modulations(times)
+        return DenoiseSchedule(steps, dt, [1.0 + step * dt for step in range(steps)], cos, sin, layer_mods, final_mods)
+
+    def expert_velocity(self, x_t: Tensor, prefix_k: Tensor, prefix_v: Tensor, schedule: "DenoiseSchedule", step: int) -> Tensor:
+        """The flow velocity v(x_t, t_step) from the action expert alone, reading the prefix KV in place.
+
+        x_t [1, H, A] float32; prefix_k/v [L, 1, T, Hkv, D]. Differentiable in x_t when called outside
+        inference mode (real-time chunking takes a vector-Jacobian product through it); the weights are frozen.
+        """
+        x = self._embed_actions(x_t)
+        for i, layer in enumerate(self.layers):
+            mods = schedule.layer_mods[step][i]
+            q, k, v, gate = layer.action.pre_attention(x, mods)
+            q, k = apply_rope(q, schedule.cos, schedule.sin), apply_rope(k, schedule.cos, schedule.sin)
+            attn = attend_two_parts(q, prefix_k[i], prefix_v[i], k, v)
+            x = layer.action.post_attention(x, attn, gate, mods)
+        x, _ = self.action_norm(x, schedule.final_mods[step])
+        return self._velocity(x)
+
     @torch.inference_mode()
     def sample_actions(self, prefix_k: Tensor, prefix_v: Tensor, noise: Tensor, num_steps: int | None = None) -> Tensor:
         """Euler flow-matching from t=1 (noise) to t=0 against a cached prefix.
@@ -171,26 +211,11 @@ class Pi05Model(nn.Module):
         prefix_k/v [L, T, Hkv, D] are read in place at every step and never written. noise [H, A] → [H, A]
         (float32, still normalized).
         """
-        steps = num_steps or self.config.num_denoise_steps
-        t_prefix = prefix_k.shape[1]
-        horizon = noise.shape[0]
-        positions = torch.arange(t_prefix, t_prefix + horizon, device=self.device).unsqueeze(0)
-        cos, sin = self.rope.cos_sin(positions, self.dtype)
+        schedule = self.denoise_schedule(prefix_k.shape[1], noise.shape[0], num_steps)
         pk, pv = prefix_k.unsqueeze(1), prefix_v.unsqueeze(1)  # [L, 1, T, Hkv, D] views
         x_t = noise.to(self.device, torch.float32).unsqueeze(0)
-        dt = -1.0 / steps
-        times = 1.0 + dt * torch.arange(steps, device=self.device, dtype=torch.float32)
-        layer_mods, final_mods = self._action_modulations(times)
-        for step in range(steps):
-            x = self._embed_actions(x_t)
-            for i, layer in enumerate(self.layers):
-                mods = layer_mods[step][i]
-                q, k, v, gate = layer.action.pre_attention(x, mods)
-                q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-                attn = attend_two_parts(q, pk[i], pv[i], k, v)
-                x = layer.action.post_attention(x, attn, gate, mods)
-            x, _ = self.action_norm(x, final_mods[step])
-            x_t = x_t + dt * self._velocity(x)
+        for step in range(schedule.steps):
+            x_t = x_t + schedule.dt * self.expert_velocity(x_t, pk, pv, schedule, step)
         return x_t[0]
 
     # ------------------------------------------------------------------------------------------------- text

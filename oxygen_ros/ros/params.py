@@ -38,7 +38,9 @@ from oxygen_ros.engine.modes import MODES
 from oxygen_ros.engine.questions import ASK_TASK
 from oxygen_ros.model.config import PRESETS
 from oxygen_ros.model.key_maps import VARIANTS
+from oxygen_ros.model.rtc import SCHEDULES
 from oxygen_ros.runtime import RuntimeConfig
+from oxygen_ros.runtime.alignment import REPLAN, TIME_ALIGNMENTS
 from oxygen_ros.runtime.cameras import slot_names_of, slot_positions
 from oxygen_ros.runtime.config import NORM_MODE_CHOICES, PROMPT_FORMAT_CHOICES, RESIZE_MODE_CHOICES
 
@@ -264,6 +266,26 @@ PARAMS: tuple[ParamSpec, ...] = (
               low=0, high=2**31 - 1),
     ParamSpec("num_threads", "int", _runtime_default("num_threads"),
               "Torch CPU threads for the model (0 = torch's default, one per core).", low=0, high=1024),
+    # ------------------------------------------------------- chunk execution (runtime/alignment.py, chunking.py)
+    ParamSpec("n_action_steps", "int", _runtime_default("n_action_steps"),
+              "Execution horizon: actions of a chunk run after it arrives before the next one replaces it "
+              "(0 = the checkpoint's n_action_steps, else the whole chunk); at most horizon.", low=0, high=1000),
+    ParamSpec("replan", "str", _runtime_default("replan"),
+              "When a new chunk is computed: every control tick, or once n_action_steps steps ran since the last.",
+              choices=REPLAN),
+    ParamSpec("time_alignment", "str", _runtime_default("time_alignment"),
+              "'stamp': trajectories stamped with the observation time (the controller skips past points); "
+              "'drop': the first ceil(latency / step) actions dropped, the rest start on arrival; 'none': every "
+              "action from arrival (replays the past).", choices=TIME_ALIGNMENTS),
+    ParamSpec("rtc", "bool", _runtime_default("rtc"),
+              "Real-time chunking: guide each chunk's overlap with the still-executing previous chunk."),
+    ParamSpec("rtc_beta", "float", _runtime_default("rtc_beta"),
+              "Real-time chunking: maximum guidance weight (0 = plain sampling).", low=0.0, high=1e6),
+    ParamSpec("rtc_prefix_attention_horizon", "int", _runtime_default("rtc_prefix_attention_horizon"),
+              "Real-time chunking: rows of the new chunk guided at all (0 = the whole overlap); at most horizon.",
+              low=0, high=1000),
+    ParamSpec("rtc_schedule", "str", _runtime_default("rtc_schedule"),
+              "Real-time chunking: prefix weights from the delay to the horizon.", choices=SCHEDULES),
     # ----------------------------------------------------------------------------- inputs (topics)
     ParamSpec("camera_topics", "str[]", ["camera/image_raw"],
               "One topic per image slot, in slot order (pi0.5: base, left wrist, right wrist); '' = no camera "

@@ -23,7 +23,8 @@ import torch
 
 from oxygen_ros.engine.types import TextEvent
 from oxygen_ros.runtime import InputError, PolicyRuntime
-from oxygen_ros.runtime.trajectory import JointLimits, trajectory_points
+from oxygen_ros.runtime.alignment import ChunkTooLate, aligned_trajectory, replan_due
+from oxygen_ros.runtime.trajectory import JointLimits
 
 from .dataset import CONTROL_PERIOD_S, EVAL_SEED_LIMIT
 from .episode import DEFAULT_TIME_LIMIT_S, EpisodeSpec, SimEpisode
@@ -38,7 +39,7 @@ class EvalSettings:
     control_period_s: float = CONTROL_PERIOD_S
     step_period_s: float = 0.0  # time between the actions of a chunk; 0 = one control period
     latency_s: float = 0.0  # observation taken at t, its trajectory reaches the robot at t + latency
-    stamp_observation: bool = False  # stamp trajectories with the observation time (else 0 = on receipt)
+    time_alignment: str = ""  # "stamp" | "drop" | "none" (runtime/alignment.py); "" = the runtime configuration's
     time_limit_s: float = DEFAULT_TIME_LIMIT_S
     blank_cameras: bool = False  # black images instead of the rendered ones (does the policy use vision?)
     joint_names: tuple[str, ...] = JOINT_NAMES
@@ -125,17 +126,23 @@ def run_episode(
         raise ValueError("closed-loop evaluation needs tokens_per_frame >= 1 (deadline-driven decoding is not reproducible)")
     runtime.engine.generator.manual_seed(spec.seed)
     runtime.engine.restart_schedule()  # every episode starts its text tasks on the same ticks
+    runtime.forget_chunk()  # the first chunk of an episode continues nothing
     episode = SimEpisode(spec, settings.control_period_s, settings.time_limit_s)
     labels: dict[int, dict[str, str | None]] = {}
     text = _TextCollector(labels)
     result = EpisodeResult(spec, False, None, 0.0, 0, 0)
     size = runtime.image_size
     tick = 0
+    last_chunk_s: float | None = None
     while True:
         t = tick * settings.control_period_s
         episode.advance(t)
         if episode.done:
             break
+        if not replan_due(t, last_chunk_s, runtime.config.replan, runtime.n_action_steps, settings.action_period_s,
+                          slack_s=settings.control_period_s / 2):  # fmt: skip
+            tick += 1
+            continue
         images = episode.images(size)
         if settings.blank_cameras:
             images = tuple(np.zeros_like(im) for im in images)
@@ -148,13 +155,18 @@ def run_episode(
             result.skipped_ticks += 1
             tick += 1
             continue
-        step = runtime.step(frame)
+        step = runtime.step(frame, settings.action_period_s, settings.latency_s)
+        last_chunk_s = t
         text.add(step.events)
-        trajectory, _ = trajectory_points(
-            step.actions, settings.joint_names, settings.action_period_s, settings.limits,
-            start_time_ns=stamp_ns if settings.stamp_observation else 0,
-        )  # fmt: skip
-        episode.deliver(trajectory, at_s=t + settings.latency_s)
+        try:
+            trajectory, _ = aligned_trajectory(
+                step.actions, settings.joint_names, settings.action_period_s, settings.limits, stamp_ns,
+                settings.latency_s, runtime.n_action_steps, settings.time_alignment or runtime.config.time_alignment,
+            )  # fmt: skip
+            episode.deliver(trajectory, at_s=t + settings.latency_s)
+        except ChunkTooLate as exc:  # as the node: nothing sent, the next chunk does not continue this one
+            result.rejected.append(str(exc))
+            runtime.forget_chunk()
         result.chunks += 1
         result.actions.append(step.actions.copy())
         text.add(runtime.decode())
