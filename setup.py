@@ -27,6 +27,9 @@ setup(
             "oxygen_lifecycle_node = oxygen_ros.ros.main:lifecycle_main",
             "oxygen-bench = oxygen_ros.bench.cli:main",
             "oxygen-replay = oxygen_ros.replay.cli:main",
+            "oxygen-sim = oxygen_ros.sim.cli:main",
+            "oxygen_sim_node = oxygen_ros.ros.sim_main:main",
+            "oxygen-train-demo = oxygen_ros.train.cli:main",
         ],
     },
 )

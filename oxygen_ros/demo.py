@@ -1,35 +1,32 @@
-"""The README's main job: the whole product, end to end, on the built-in tiny model.
+"""The README's main job: the trained demo policy drives the simulated arm over real DDS and explains itself.
 
-1. write a synthetic demo scene as a real ROS 2 bag (two cameras, a 7-joint arm, an instruction);
-2. start ``oxygen_node`` in its own process with ``config/demo.yaml`` and ``use_sim_time``;
-3. play the bag into it live (with /clock) while this process listens to everything it publishes;
-4. print what came out — chunk rate, latencies, the streamed text of each task — and stop cleanly.
+1. start ``oxygen_sim_node`` (``config/demo_sim.yaml``) and ``oxygen_node`` with the trained demo policy
+   (``config/demo_policy.yaml``), each in its own process;
+2. run a few episodes with different instructions; print the narration and the memory notes as they stream,
+   and each episode's outcome;
+3. write an animated GIF of one episode with the streamed text as captions, and a PNG summary.
 
-The tiny model has random weights: its actions and text show the pipeline working, not skill.
 Run it through ``scripts/demo.sh``, which also keeps DDS on loopback.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import statistics
 import subprocess
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
-import yaml
+import numpy as np
+
+from oxygen_ros.sim.media import EpisodeLog, TextOut, write_gif, write_summary
 
 ROOT = Path(__file__).resolve().parents[1]
-NODE_NAME = "oxygen_node"
-
-
-def _params(path: Path) -> dict:
-    data = yaml.safe_load(path.read_text())
-    return next(iter(data.values()))["ros__parameters"]
+DEMO_SEED = 40  # the demo's first held-out scene seed (its instructions name different objects)
 
 
 def _say(text: str) -> None:
@@ -37,52 +34,106 @@ def _say(text: str) -> None:
 
 
 class Listener:
-    """Subscribes to the node's outputs and keeps what arrives."""
+    """Subscribes to both nodes' outputs, prints the stream and keeps one `EpisodeLog` per episode."""
 
-    def __init__(self, node, tasks: list[str], trajectory_topic: str) -> None:  # noqa: ANN001 (rclpy Node)
-        from diagnostic_msgs.msg import DiagnosticArray
+    def __init__(self, node) -> None:  # noqa: ANN001 (rclpy Node)
         from oxygen_ros_msgs.msg import ActionChunk, TextDelta
+        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+        from sensor_msgs.msg import Image, JointState
         from std_msgs.msg import String
-        from trajectory_msgs.msg import JointTrajectory
 
-        self.node = node
+        latched = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self.episodes: list[EpisodeLog] = []
+        self.ended = 0
         self.chunks: list = []
-        self.chunk_wall: list[float] = []
-        self.trajectories = 0
-        self.deltas: dict[str, int] = defaultdict(int)
-        self.finals: dict[str, list[str]] = defaultdict(list)
-        self.diagnostics = None
-        base = f"/{NODE_NAME}"
-        node.create_subscription(ActionChunk, f"{base}/action_chunk", self._on_chunk, 50)
-        node.create_subscription(JointTrajectory, trajectory_topic, self._on_trajectory, 50)
-        node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 10)
-        for task in tasks:
-            node.create_subscription(TextDelta, f"{base}/text/{task}", lambda m, t=task: self._on_delta(t, m), 200)
-            node.create_subscription(String, f"{base}/text/{task}/final", lambda m, t=task: self._on_final(t, m), 50)
+        self._parts: dict[int, list[str]] = {}
+        self._early_labels: list[dict] = []  # labels of an episode whose start has not arrived yet
+        self._began_ns: dict[int, int] = {}  # when each episode's scene appeared
+        self._said = {"language": "", "memory": ""}
+        node.create_subscription(String, "oxygen_sim_node/episode", self._on_episode, latched)
+        node.create_subscription(String, "oxygen_sim_node/labels", self._on_labels, latched)
+        node.create_subscription(Image, "camera/viewer/image_raw", self._on_view, 20)
+        node.create_subscription(Image, "camera/wrist/image_raw", self._on_wrist, qos_profile_sensor_data)
+        node.create_subscription(JointState, "joint_states", self._on_joints, qos_profile_sensor_data)
+        node.create_subscription(ActionChunk, "oxygen_node/action_chunk", self.chunks.append, 50)
+        for task in ("language", "memory"):
+            node.create_subscription(TextDelta, f"oxygen_node/text/{task}", self._on_delta, 200)
 
-    def _on_chunk(self, msg) -> None:  # noqa: ANN001
-        self.chunks.append(msg)
-        self.chunk_wall.append(time.monotonic())
-        if len(self.chunks) % 5 == 1:
-            _say(f"  action chunk #{msg.frame_seq}: {msg.horizon}x{msg.action_dim}, prefill "
-                 f"{msg.prefill_latency_s * 1e3:.1f} ms, action {msg.action_latency_s * 1e3:.1f} ms")
+    @property
+    def current(self) -> EpisodeLog | None:
+        return self.episodes[-1] if self.episodes else None
 
-    def _on_trajectory(self, msg) -> None:  # noqa: ANN001
-        self.trajectories += 1
+    def _on_episode(self, msg) -> None:  # noqa: ANN001
+        e = json.loads(msg.data)
+        known = next((ep for ep in self.episodes if ep.index == e["index"]), None)
+        if e["event"] == "start" and known is not None:  # restated once the policy was there: the real clock start
+            known.start_ns = e["clock_start_ns"]
+            return
+        if e["event"] == "start":
+            log = EpisodeLog(e["index"], e["instruction"], e["clock_start_ns"])
+            self.episodes.append(log)
+            self._began_ns[log.index] = e["stamp_ns"]
+            log.labels += [(x["stamp_ns"], x["subtask"], x["memory"]) for x in self._early_labels if x["episode"] == log.index]
+            self._said = {"language": "", "memory": ""}
+            _say(f"\n=== episode {e['index'] + 1}: \"{e['instruction']}\" (scene seed {e['seed']})")
+            return
+        log = next(ep for ep in self.episodes if ep.index == e["index"])
+        log.end_ns, log.success, log.time_to_success_s = e["stamp_ns"], e["success"], e["time_to_success_s"]
+        self.ended += 1
+        right = [ok for _, ok in log.judged("language")]
+        share = f"{sum(right)}/{len(right)} narrations named the true subtask" if right else "no narration"
+        verdict = f"SUCCESS in {e['time_to_success_s']:.1f} s" if e["success"] else "FAILED (time limit)"
+        _say(f"=== episode {e['index'] + 1}: {verdict}; {share}")
 
-    def _on_delta(self, task: str, msg) -> None:  # noqa: ANN001
-        self.deltas[task] += 1
+    def _on_labels(self, msg) -> None:  # noqa: ANN001
+        e = json.loads(msg.data)
+        log = next((ep for ep in self.episodes if ep.index == e["episode"]), None)
+        if log is None:
+            self._early_labels.append(e)
+        else:
+            log.labels.append((e["stamp_ns"], e["subtask"], e["memory"]))
 
-    def _on_final(self, task: str, msg) -> None:  # noqa: ANN001
-        self.finals[task].append(msg.data)
-        if len(self.finals[task]) <= 3:
-            _say(f"  [{task}] {msg.data!r}")
+    def _on_view(self, msg) -> None:  # noqa: ANN001
+        from oxygen_ros.ros.convert import image_to_array, stamp_to_ns
 
-    def _on_diag(self, msg) -> None:  # noqa: ANN001
-        self.diagnostics = msg
+        if self.current is not None and not self.current.end_ns:
+            self.current.frames.append((stamp_to_ns(msg.header.stamp), image_to_array(msg).copy()))
+
+    def _on_wrist(self, msg) -> None:  # noqa: ANN001
+        from oxygen_ros.ros.convert import image_to_array, stamp_to_ns
+
+        if self.current is not None and not self.current.end_ns:
+            self.current.wrist.append((stamp_to_ns(msg.header.stamp), image_to_array(msg).copy()))
+
+    def _on_joints(self, msg) -> None:  # noqa: ANN001
+        from oxygen_ros.ros.convert import stamp_to_ns
+
+        if self.current is not None and not self.current.end_ns and len(msg.position) >= 3:
+            self.current.joints.append((stamp_to_ns(msg.header.stamp), np.asarray(msg.position, dtype=float)))
+
+    def _on_delta(self, msg) -> None:  # noqa: ANN001
+        from oxygen_ros.ros.convert import stamp_to_ns
+
+        parts = self._parts.setdefault(msg.request_id, [])
+        parts.append(msg.text)
+        if not msg.final:
+            return
+        text = "".join(self._parts.pop(msg.request_id)).strip()
+        log = self.current
+        if log is None or msg.finish_reason == "cancelled":
+            return
+        source = stamp_to_ns(msg.source_stamp)
+        if source < self._began_ns.get(log.index, 0):  # forked from the previous episode's scene
+            return
+        log.texts.append(TextOut(msg.task, text, source, stamp_to_ns(msg.header.stamp)))
+        if text != self._said[msg.task]:  # print what changes, not every repetition
+            self._said[msg.task] = text
+            truth = log.label_at(source)[0 if msg.task == "language" else 1]
+            mark = "" if truth is None else ("  ✓" if text.lower() == truth.lower() else f"  ✗ (true: {truth})")
+            _say(f"  [{'narration' if msg.task == 'language' else 'memory'}] {text}{mark}")
 
 
-def _wait_for(condition, executor, timeout_s: float) -> bool:  # noqa: ANN001
+def _spin_until(executor, condition, timeout_s: float) -> bool:  # noqa: ANN001
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if condition():
@@ -91,92 +142,102 @@ def _wait_for(condition, executor, timeout_s: float) -> bool:  # noqa: ANN001
     return condition()
 
 
-def run(params_file: Path, workdir: Path, duration_s: float) -> int:
+def _stop(*procs: subprocess.Popen) -> None:
+    """SIGINT to all at once (each shuts down cleanly), then wait; kill what hangs."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+    for proc in procs:
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def run(episodes: int, seed: int, outdir: Path, policy_params: Path, sim_params: Path) -> int:
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
-    params = _params(params_file)
-    tasks = list(params.get("task_names", []))
-    bag = workdir / "demo_scene.mcap"
     python = sys.executable
-
-    _say(f"[1/4] writing the demo scene bag: {bag}")
-    made = subprocess.run([python, "-m", "oxygen_ros.replay.cli", "make-demo", str(bag), "--duration", str(duration_s),
-                           "--params-file", str(params_file), "--overwrite", "--quiet"])
-    if made.returncode != 0:
-        return made.returncode
-
-    _say(f"[2/4] starting oxygen_node with {params_file.relative_to(ROOT) if params_file.is_relative_to(ROOT) else params_file}")
-    node_proc = subprocess.Popen([python, "-m", "oxygen_ros.ros.main", "--params-file", str(params_file),
-                                  "--ros-args", "-p", "use_sim_time:=true", "-r", f"__node:={NODE_NAME}"])
+    quiet = ["--log-level", "warn"]  # this process prints what matters; warnings and errors still show
+    _say(f"[1/3] starting oxygen_node with the trained demo policy ({policy_params.name})")
+    policy = subprocess.Popen([python, "-m", "oxygen_ros.ros.main", "--params-file", str(policy_params), "--ros-args", *quiet],
+                              cwd=ROOT)  # fmt: skip
+    sim: subprocess.Popen | None = None
     rclpy.init()
-    listener_node = rclpy.create_node("oxygen_demo_listener")
+    node = rclpy.create_node("oxygen_demo_listener")
     executor = SingleThreadedExecutor()
-    executor.add_node(listener_node)
-    listener = Listener(listener_node, tasks, params.get("trajectory_topic", "/joint_trajectory_controller/joint_trajectory"))
-    code = 0
+    executor.add_node(node)
+    listener = Listener(node)
+    started = time.monotonic()
+    # The episodes start only once this listener sees the policy's text streams (DDS discovery takes up to
+    # a few seconds): otherwise the first narration could go out before anyone listens.
+    streams = ["oxygen_node/action_chunk", "oxygen_node/text/language", "oxygen_node/text/memory"]
     try:
-        ready = _wait_for(lambda: listener_node.count_publishers(f"/{NODE_NAME}/action_chunk") > 0 or node_proc.poll() is not None,
-                          executor, 120.0)
-        if not ready or node_proc.poll() is not None:
-            _say("the node did not come up; see its messages above")
+        ready = _spin_until(executor, lambda: all(node.count_publishers(t) for t in streams) or policy.poll() is not None, 150)
+        if not ready or policy.poll() is not None:
+            _say("oxygen_node did not come up; see its messages above")
             return 1
-        _say("[3/4] playing the bag into the node (simulated time from /clock)")
-        player = subprocess.Popen([python, "-m", "oxygen_ros.replay.cli", "play", str(bag), "--wait-for-subscribers", "10", "--quiet"])
-        started = time.monotonic()
-        _wait_for(lambda: player.poll() is not None, executor, duration_s * 4 + 60)
-        _wait_for(lambda: False, executor, 1.5)  # let the last text finish streaming
-        code = player.returncode or 0
-        elapsed = time.monotonic() - started
+        _say(f"[2/3] starting oxygen_sim_node ({sim_params.name}): {episodes} episodes; narration and memory as they "
+             "stream, ✓/✗ against the simulator's truth")  # fmt: skip
+        # The simulator waits for the policy and for this listener, and stays up until stopped here, so no
+        # episode report is lost to discovery delays.
+        sim_args = ["-p", f"episodes:={episodes}", "-p", f"seed:={seed}", "-p", "viewer_size:=192", "-p", "exit_when_done:=false",
+                    "-p", "wait_for_commander_s:=60.0", "-p", "wait_for_listener:=true", *quiet]  # fmt: skip
+        sim = subprocess.Popen([python, "-m", "oxygen_ros.ros.sim_main", "--params-file", str(sim_params), "--ros-args", *sim_args],
+                               cwd=ROOT)  # fmt: skip
+        _spin_until(executor, lambda: listener.ended >= episodes or sim.poll() is not None, 30.0 * episodes + 90)
+        _spin_until(executor, lambda: listener.ended >= episodes, 5.0)
     finally:
-        if node_proc.poll() is None:
-            node_proc.send_signal(signal.SIGINT)
-            try:
-                node_proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                node_proc.kill()
+        _stop(*[p for p in (sim, policy) if p is not None])
         executor.shutdown()
-        listener_node.destroy_node()
+        node.destroy_node()
         rclpy.shutdown()
-    _say("[4/4] what came out")
-    _summary(listener, elapsed, tasks)
-    if node_proc.returncode not in (0, None):
-        _say(f"oxygen_node exited with code {node_proc.returncode}")
-        code = code or node_proc.returncode
-    return code
+    return _report(listener, outdir, time.monotonic() - started)
 
 
-def _summary(listener: Listener, elapsed: float, tasks: list[str]) -> None:
+def _report(listener: Listener, outdir: Path, elapsed: float) -> int:
+    logs = [log for log in listener.episodes if log.end_ns]
+    _say(f"\n[3/3] results ({elapsed:.0f} s)")
+    if not logs:
+        _say("  no episode finished")
+        return 1
+    wins = sum(log.success for log in logs)
+    judged = [ok for log in logs for _, ok in log.judged("language")]
+    memory = [ok for log in logs for _, ok in log.judged("memory")]
+    _say(f"  success: {wins}/{len(logs)} episodes")
+    if judged:
+        _say(f"  narration named the true subtask in {sum(judged)}/{len(judged)} outputs ({100 * sum(judged) / len(judged):.0f} %)")
+    if memory:
+        _say(f"  memory notes right in {sum(memory)}/{len(memory)} outputs ({100 * sum(memory) / len(memory):.0f} %)")
     chunks = listener.chunks
-    _say(f"  action chunks: {len(chunks)} in {elapsed:.1f} s of replay "
-         f"({len(chunks) / elapsed:.1f} per second); joint trajectories: {listener.trajectories}")
     if chunks:
         pre = statistics.median(c.prefill_latency_s for c in chunks) * 1e3
         act = statistics.median(c.action_latency_s for c in chunks) * 1e3
-        _say(f"  median latency: prefill {pre:.1f} ms, action chunk {act:.1f} ms (engine mode {chunks[-1].engine_mode})")
-    for task in tasks:
-        texts = listener.finals.get(task, [])
-        _say(f"  {task}: {len(texts)} finished requests, {listener.deltas.get(task, 0)} streamed deltas")
-        for text in texts[-2:]:
-            _say(f"    e.g. {text!r}")
-    if listener.diagnostics is not None:
-        for status in listener.diagnostics.status:
-            values = ", ".join(f"{kv.key}={kv.value}" for kv in status.values[:6])
-            _say(f"  diagnostics [{status.name}] level {int.from_bytes(status.level, 'little') if isinstance(status.level, bytes) else status.level}: {status.message} ({values})")
-    _say("\nThe tiny model has random weights: these actions and words show the pipeline working, not skill.\n"
-         "Point the node at a real pi0.5 checkpoint (README, 'Robot use') for meaningful output.")
+        _say(f"  {len(chunks)} action chunks; median prefill {pre:.1f} ms, action chunk {act:.1f} ms (engine mode {chunks[-1].engine_mode})")
+    shown = next((log for log in logs if log.success and log.frames), next((log for log in logs if log.frames), None))
+    if shown is not None:
+        gif = write_gif(shown, outdir / "demo_episode.gif")
+        _say(f"  wrote {gif} (episode {shown.index + 1}, {len(shown.frames)} frames, captions = the streamed text)")
+    png = write_summary(logs, outdir / "demo_summary.png")
+    _say(f"  wrote {png}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="oxygen_ros end-to-end demo on the built-in tiny model")
-    parser.add_argument("--params-file", type=Path, default=ROOT / "config" / "demo.yaml")
-    parser.add_argument("--workdir", type=Path, default=ROOT / "out" / "demo")
-    parser.add_argument("--duration", type=float, default=8.0, help="seconds of demo scene (default 8)")
+    parser = argparse.ArgumentParser(description="oxygen_ros demo: the trained policy drives the simulated arm over DDS")
+    parser.add_argument("--episodes", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=DEMO_SEED, help=f"first held-out scene seed (default {DEMO_SEED})")
+    parser.add_argument("--out", type=Path, default=ROOT / "out" / "demo")
+    parser.add_argument("--policy-params", type=Path, default=ROOT / "config" / "demo_policy.yaml")
+    parser.add_argument("--sim-params", type=Path, default=ROOT / "config" / "demo_sim.yaml")
     args = parser.parse_args(argv)
     if os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE") != "LOCALHOST":
         parser.error("run the demo through scripts/demo.sh (it keeps DDS on this machine)")
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    return run(args.params_file.resolve(), args.workdir.resolve(), args.duration)
+    if not (ROOT / "models" / "demo" / "model.safetensors").is_file() and args.policy_params.name == "demo_policy.yaml":
+        parser.error("the trained demo policy models/demo is missing (the README says how oxygen-train-demo makes it)")
+    return run(args.episodes, args.seed, args.out.resolve(), args.policy_params.resolve(), args.sim_params.resolve())
 
 
 if __name__ == "__main__":

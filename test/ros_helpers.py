@@ -108,15 +108,15 @@ class Collector:
 
 
 class NodeProcess:
-    """`oxygen_node` in its own process, output captured in a file.
+    """`oxygen_node` (or another node's ``module``) in its own process, output captured in a file.
 
     Use as a context manager or call `start()` / `stop()`. `stop()` sends SIGINT and returns the exit
     code (the process is killed if it does not exit within the timeout, and the code is then negative).
     """
 
-    def __init__(self, params_files: Sequence[str | Path], ros_args: Sequence[str] = (), flags: Sequence[str] = (),
-                 **env: str) -> None:
-        self.args = [sys.executable, "-m", "oxygen_ros.ros.main", *flags]  # flags: e.g. --lifecycle --autostart
+    def __init__(self, params_files: Sequence[str | Path], ros_args: Sequence[str] = (), module: str = "oxygen_ros.ros.main",
+                 flags: Sequence[str] = (), **env: str) -> None:  # fmt: skip
+        self.args = [sys.executable, "-m", module, *flags]  # flags: e.g. --lifecycle --autostart
         for path in params_files:
             self.args += ["--params-file", str(path)]
         if ros_args:
@@ -217,7 +217,10 @@ class FakeRuntime:
         self.fail_next = False
         self.closed = False
         self.decode_calls: list[tuple[float, float | None, int]] = []  # (when, deadline, ticks so far)
+        self.step_calls: list[tuple[float | None, float]] = []  # (step period, expected latency) of each step
+        self.forgotten = 0
         h = config.horizon or 10
+        self.horizon = h
         self._actions = (scale * np.outer(np.arange(1, h + 1), np.arange(1, action_dim + 1))).astype("float32")
         self._ticks = 0
 
@@ -244,9 +247,17 @@ class FakeRuntime:
         self.frames.append(frame)
         return frame
 
-    def step(self, frame: Any) -> Any:
+    @property
+    def n_action_steps(self) -> int:
+        return self.config.n_action_steps or self.horizon
+
+    def forget_chunk(self) -> None:
+        self.forgotten += 1
+
+    def step(self, frame: Any, step_period_s: float | None = None, latency_s: float = 0.0) -> Any:
         from types import SimpleNamespace
 
+        self.step_calls.append((step_period_s, latency_s))
         if self.fail_next:
             self.fail_next = False
             raise RuntimeError("simulated engine failure")

@@ -255,8 +255,11 @@ def test_action_chunk_msg():
         action_latency_s=0.05,
         engine_mode="oxygen",
         frame_id="base",
+        latency_s=0.25,
+        n_action_steps=3,
     )
     assert (msg.horizon, msg.action_dim, msg.frame_seq) == (4, 3, 9)
+    assert msg.latency_s == pytest.approx(0.25) and msg.n_action_steps == 3
     assert msg.header.stamp == Time(sec=5, nanosec=6) and msg.header.frame_id == "base"
     assert list(msg.joint_names) == ["j0", "j1"] and msg.engine_mode == "oxygen"
     assert (msg.step_period.sec, msg.step_period.nanosec) == (0, 20_000_000)

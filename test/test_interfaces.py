@@ -44,6 +44,8 @@ def full_action_chunk() -> ActionChunk:
     msg.data = [0.5, -1.25, 3.0, 1e-3, 7.5, -0.0625]
     msg.prefill_latency_s = 0.125
     msg.action_latency_s = 0.03125
+    msg.latency_s = 0.1875
+    msg.n_action_steps = 5
     msg.engine_mode = "oxygen"
     return msg
 
@@ -99,6 +101,7 @@ def _assert_action_chunk_equal(rosbags_msg, msg: ActionChunk) -> None:
     np.testing.assert_array_equal(rosbags_msg.data, np.asarray(msg.data, dtype=np.float32))
     assert rosbags_msg.prefill_latency_s == pytest.approx(msg.prefill_latency_s)
     assert rosbags_msg.action_latency_s == pytest.approx(msg.action_latency_s)
+    assert rosbags_msg.latency_s == pytest.approx(msg.latency_s) and rosbags_msg.n_action_steps == msg.n_action_steps
     assert rosbags_msg.engine_mode == msg.engine_mode
 
 

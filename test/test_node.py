@@ -292,6 +292,49 @@ def test_decoder_fills_the_slack_or_runs_once_per_tick(ros_context, tokens_per_f
     driver.destroy_node()
 
 
+def test_replanning_every_n_steps_with_dropped_actions_and_measured_latency(ros_context):
+    """replan=n_action_steps: a chunk every 3 steps; time_alignment=drop: the past actions are dropped, the rest
+    start on arrival at their own times; each step is told the last measured latency."""
+    # horizon 20: even a chunk delayed 0.8 s by a busy machine still has 3 actions to send
+    node, runtime = _fake_node("replan", control_rate_hz=20.0, horizon=20, n_action_steps=3, replan="n_action_steps",
+                               time_alignment="drop", trajectory_topic="/replan/trajectory")  # fmt: skip
+    driver, executor = make_test_node("replan_driver")
+    executor.add_node(node)
+    cam = driver.create_publisher(Image, "/replan/cam", qos_profile_sensor_data)
+    joints = driver.create_publisher(JointState, "/joint_states", qos_profile_sensor_data)
+    chunks = Collector(driver, ActionChunk, "/replan/action_chunk", RELIABLE)
+    trajectories = Collector(driver, JointTrajectory, "/replan/trajectory", RELIABLE)
+    assert wait_for_match(executor, [cam, joints, chunks.subscription, trajectories.subscription])
+    # Camera stamps 120 ms in the past: every chunk is at least 3 steps of 50 ms late.
+    late_ns = 120_000_000
+
+    def publish() -> None:
+        now = driver.get_clock().now().nanoseconds
+        cam.publish(array_to_image(_img(8, 8), "rgb8", stamp=now - late_ns))
+        joints.publish(_joint_state(now, JOINTS, [0.0] * 7))
+
+    t0 = time.monotonic()
+    assert spin_until(executor, lambda: len(trajectories) >= 4, timeout=30, every=(0.01, publish))
+    span = time.monotonic() - t0
+    assert len(chunks) <= span / 0.15 + 2, (len(chunks), span)  # one chunk per 3 steps of 50 ms, not per tick
+    assert node.diag.target_rate_hz == pytest.approx(1 / 0.15)  # diagnostics expect that rate, not 20 Hz
+    assert len(chunks) >= len(trajectories)
+    for chunk, traj in zip(chunks.messages, trajectories.messages):
+        latency = chunk.latency_s
+        assert latency >= late_ns / 1e9 and chunk.n_action_steps == 3
+        dropped = math.ceil(latency / 0.05 - 1e-6)
+        assert (traj.header.stamp.sec, traj.header.stamp.nanosec) == (0, 0)
+        assert len(traj.points) == 3
+        first = stamp_to_ns(traj.points[0].time_from_start) / 1e9
+        assert first == pytest.approx((dropped + 1) * 0.05 - latency, abs=1e-3)
+        assert traj.points[0].positions[0] == pytest.approx(float(runtime._actions[dropped, 0]))
+    assert runtime.step_calls[0] == (0.05, 0.0)  # nothing measured yet
+    assert all(period == 0.05 and latency >= late_ns / 1e9 for period, latency in runtime.step_calls[1:])
+    executor.shutdown()
+    node.destroy_node()
+    driver.destroy_node()
+
+
 def test_engine_failure_and_non_finite_actions_skip_the_chunk_and_keep_running(ros_context):
     node, runtime = _fake_node("failing", control_rate_hz=20.0)
     driver, executor = make_test_node("failing_driver")
@@ -312,6 +355,7 @@ def test_engine_failure_and_non_finite_actions_skip_the_chunk_and_keep_running(r
     start = len(chunks)
     spin_for(executor, 0.3, every=(0.02, publish))
     assert len(chunks) == start  # a NaN action never leaves the node
+    assert runtime.forgotten >= 1  # and the next chunk does not continue it
     assert node.diag._errors >= 2  # the raised step and the NaN chunk are both counted
     runtime._actions[0, 0] = 0.0
     assert spin_until(executor, lambda: len(chunks) >= start + 2, timeout=20, every=(0.02, publish))
@@ -469,12 +513,14 @@ def test_chunks_and_trajectories_at_the_control_rate(live):
         assert stamp_to_ns(chunk.header.stamp) in live.base_stamps  # the observation's stamp
         assert chunk.header.frame_id == "base" and chunk.engine_mode == "oxygen"
         assert chunk.prefill_latency_s > 0 and chunk.action_latency_s > 0
+        assert chunk.latency_s >= chunk.prefill_latency_s + chunk.action_latency_s and chunk.n_action_steps == 10
     seqs = [c.frame_seq for c in chunks]
     assert seqs == sorted(set(seqs))
     assert live.spin_until(lambda: len(live.trajectories.since(t0)) >= 8, timeout=10)
+    chunk_stamps = {stamp_to_ns(c.header.stamp) for c in live.chunks.messages}
     for traj in live.trajectories.since(t0):
         assert list(traj.joint_names) == JOINTS
-        assert (traj.header.stamp.sec, traj.header.stamp.nanosec) == (0, 0)
+        assert stamp_to_ns(traj.header.stamp) in chunk_stamps  # time_alignment 'stamp': the observation's time
         assert [stamp_to_ns(p.time_from_start) for p in traj.points] == [200_000_000 * (i + 1) for i in range(10)]
         positions = np.array([p.positions for p in traj.points])
         assert positions.shape == (10, 7)

@@ -78,6 +78,15 @@ def test_every_runtime_field_is_a_parameter():
         ({"joint_names": [], "prompt_format": "pi05_state"}, "'pi05_state' puts the joint state in the prompt"),
         ({"checkpoint": "/no/such/checkpoint"}, "checkpoint: /no/such/checkpoint does not exist"),
         ({"no_such_parameter": 1}, "unknown parameters ['no_such_parameter']"),
+        ({"n_action_steps": -1}, "n_action_steps must be >= 0"),
+        ({"horizon": 10, "n_action_steps": 11}, "n_action_steps must be in 0..horizon"),
+        ({"replan": "sometimes"}, "replan must be one of"),
+        ({"time_alignment": "late"}, "time_alignment must be one of"),
+        ({"rtc": "yes"}, "rtc: expected bool"),
+        ({"rtc_beta": -0.5}, "rtc_beta must be >= 0"),
+        ({"rtc_beta": float("inf")}, "must be finite"),
+        ({"horizon": 10, "rtc_prefix_attention_horizon": 12}, "rtc_prefix_attention_horizon must be in 0..horizon"),
+        ({"rtc_schedule": "cosine"}, "rtc_schedule must be one of"),
     ],
 )
 def test_bad_values_are_refused_with_a_reason(change, words):
@@ -108,6 +117,10 @@ def test_mapping_to_runtime_and_node_settings():
     assert settings.camera_optional == (False, False, False)
     assert settings.camera_sizes == ((64, 48), (0, 0), (32, 24))
     assert settings.step_period_s == pytest.approx(0.25)
+    _, cfg = P.settings_from_values({**GOOD, "n_action_steps": 4, "replan": "n_action_steps", "time_alignment": "drop",
+                                     "rtc": True, "rtc_beta": 2, "rtc_prefix_attention_horizon": 6, "rtc_schedule": "linear"})
+    assert (cfg.n_action_steps, cfg.replan, cfg.time_alignment) == (4, "n_action_steps", "drop")
+    assert (cfg.rtc, cfg.rtc_beta, cfg.rtc_prefix_attention_horizon, cfg.rtc_schedule) == (True, 2, 6, "linear")
     settings, _ = P.settings_from_values({**GOOD, "camera_compressed": [True, False, False], "action_step_period_s": 0.05})
     assert settings.camera_compressed == (True, False, False)
     assert settings.step_period_s == 0.05

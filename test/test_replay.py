@@ -155,11 +155,13 @@ def test_offline_replay_writes_a_chunk_per_tick_at_recorded_times(env: SimpleNam
         assert c.data.shape == (80,) and np.all(np.isfinite(c.data))
         assert stamp_to_ns(c.step_period) == NS // 5
         assert c.engine_mode == "oxygen" and c.prefill_latency_s == 0.0 and c.action_latency_s == 0.0
+        assert c.latency_s == 0.0 and c.n_action_steps == 10  # the camera frame of the tick itself
 
     trajectories = replay.topics["/joint_trajectory_controller/joint_trajectory"]
     assert [t for t, _ in trajectories] == expected_times
     for (_, traj), (_, chunk) in zip(trajectories, chunks):
-        assert stamp_to_ns(traj.header.stamp) == 0  # "start on arrival"
+        # time_alignment 'stamp': timed from the observation (the tick here: its age is the chunk's latency)
+        assert stamp_to_ns(traj.header.stamp) == stamp_to_ns(chunk.header.stamp)
         starts = [stamp_to_ns(p.time_from_start) for p in traj.points]
         assert starts == [(k + 1) * NS // 5 for k in range(10)]
         np.testing.assert_allclose(traj.points[0].positions, chunk.data[:7], rtol=1e-6)

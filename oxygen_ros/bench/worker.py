@@ -19,6 +19,7 @@ from oxygen_ros.model.vla import count_parameters
 from oxygen_ros.engine.allocator import keep_freed_buffers
 
 from .memory import PeakMemory, status_kib
+from .rtc import bench_guide
 from .workload import BenchRuntime, Workload
 
 
@@ -54,6 +55,8 @@ class PartsProbe:
         self.prefill: list[float] = []
         self.action: list[float] = []
         self.action_eager: list[float] = []
+        self.guide = bench_guide(model.config)
+        self.action_rtc: list[float] = []  # the same chunk by real-time chunking (bench/rtc.py)
         self.decode: dict[int, list[float]] = {b: [] for b in batches}
         self.prefix_tokens = 0
 
@@ -62,11 +65,13 @@ class PartsProbe:
         prefix, p = self.engine.prefill(self.frames[index % len(self.frames)])
         _, a = self.engine.act(prefix, noise)
         _, a_eager = self.engine.act(prefix, noise, sampler=self.model.sample_actions)  # same lane, eager network
+        _, a_rtc = self.engine.act(prefix, noise, self.guide)
         self.prefix_tokens = prefix.length
         self.engine.kv.release(prefix)
         self.prefill.append(p)
         self.action.append(a)
         self.action_eager.append(a_eager)
+        self.action_rtc.append(a_rtc)
         for b, engine in self.decoders.items():
             t0 = time.perf_counter()
             engine.decode_step()
@@ -78,6 +83,7 @@ class PartsProbe:
             "prefill_s": statistics.median(self.prefill),
             "action_s": statistics.median(self.action),
             "action_eager_s": statistics.median(self.action_eager),
+            "action_rtc_s": statistics.median(self.action_rtc),
             "action_fused": self.runtime.fused,
             "action_path": self.runtime.path,
             "compile_s": self.runtime.compile_s,

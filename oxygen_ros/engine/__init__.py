@@ -4,9 +4,10 @@ from .engine import DEFAULT_KV_BUDGET_BYTES, Engine, EngineStats
 from .modes import MODES, FrameReport, ModeRunner, make_runner
 from .policy import DeadlinePolicy, FixedTokensPolicy, StepCostModel
 from .questions import ASK_TASK, QuestionRefused
-from .types import FrameInput, TextEvent, TextTask, TickResult
+from .types import ChunkGuide, FrameInput, TextEvent, TextTask, TickResult
 
 __all__ = [
-    "ASK_TASK", "DEFAULT_KV_BUDGET_BYTES", "DeadlinePolicy", "Engine", "EngineStats", "FixedTokensPolicy", "FrameInput",
-    "FrameReport", "MODES", "ModeRunner", "QuestionRefused", "StepCostModel", "TextEvent", "TextTask", "TickResult", "make_runner",
+    "ASK_TASK", "ChunkGuide", "DEFAULT_KV_BUDGET_BYTES", "DeadlinePolicy", "Engine", "EngineStats", "FixedTokensPolicy",
+    "FrameInput", "FrameReport", "MODES", "ModeRunner", "QuestionRefused", "StepCostModel", "TextEvent", "TextTask",
+    "TickResult", "make_runner",
 ]

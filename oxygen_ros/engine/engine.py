@@ -17,13 +17,14 @@ import torch
 from oxygen_ros.kv import KVCacheManager, KVPool, SharedPrefix, TextRequest, commit, plan_step
 from oxygen_ros.model.compiled import ActionSampler
 from oxygen_ros.model.cuda_graphs import GraphedDecoder
+from oxygen_ros.model.rtc import sample_actions_rtc
 from oxygen_ros.model.tokenizer import Tokenizer
 from oxygen_ros.model.vla import Pi05Model
 
 from .lanes import Lane
 from .questions import ASK_TASK, Question, QuestionQueue, QuestionRefused
 from .text_stream import TextStream
-from .types import FrameInput, TextEvent, TextTask, TickResult
+from .types import ChunkGuide, FrameInput, TextEvent, TextTask, TickResult
 
 DEFAULT_KV_BUDGET_BYTES = 256 * 1024 * 1024
 
@@ -131,18 +132,30 @@ class Engine:
             raise
         return prefix, time.perf_counter() - t0
 
-    def act(self, prefix: SharedPrefix, noise: torch.Tensor | None = None,
-            sampler: ActionSampler | None = None) -> tuple[torch.Tensor, float]:
-        """Sample one action chunk from a prefix, reading its KV in place (``sampler`` overrides the engine's)."""
+    def act(
+        self, prefix: SharedPrefix, noise: torch.Tensor | None = None, guide: ChunkGuide | None = None,
+        sampler: ActionSampler | None = None,
+    ) -> tuple[torch.Tensor, float]:
+        """Sample one action chunk from a prefix, reading its KV in place; with a guide, by real-time chunking
+        (always the eager network: it needs a vector-Jacobian product). ``sampler`` overrides the engine's."""
         t0 = time.perf_counter()
         if noise is None:
             noise = self.sample_noise()
         pool = self.kv.pool
-        sample = sampler or self.sample_actions
-        args = (pool.view_k(prefix.extent), pool.view_v(prefix.extent), noise)
+        k, v = pool.view_k(prefix.extent), pool.view_v(prefix.extent)
+        if guide is None:
+            sample = sampler or self.sample_actions
+            args: tuple = (k, v, noise)
+        else:
+            sample = sample_actions_rtc
+            args = (self.model, k, v, noise, guide.target, guide.weights, guide.beta)
         actions = self.lanes.action.run(sample, *args) if self.lanes else sample(*args)
         _sync(self.model.device)
         return actions, time.perf_counter() - t0
+
+    def restart_schedule(self) -> None:
+        """Count ticks from 0 again, so the next tick starts every task (a new episode in the simulator)."""
+        self._ticks = 0
 
     def due_tasks(self) -> list[TextTask]:
         """The tasks the schedule starts on the next tick."""
@@ -204,7 +217,7 @@ class Engine:
         if decode_during_action and self.lanes is not None and self.kv.running():
             side = self.lanes.decode.submit(self.decode_step)
         try:
-            actions, action_s = self.act(prefix, noise)
+            actions, action_s = self.act(prefix, noise, frame.guide)
         finally:
             events = side.result() if side is not None else []  # the KV manager is touched by one thread at a time
         try:

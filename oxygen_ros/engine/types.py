@@ -34,9 +34,23 @@ class TextTask:
         return tick_index % self.every_n_frames == 0
 
 
+@dataclass(frozen=True)
+class ChunkGuide:
+    """Real-time chunking for one chunk: steer its overlap with the still-executing previous chunk.
+
+    ``target`` row i is the previous chunk's action for the same instant as the new chunk's row i (normalized
+    model space, zeros where the previous chunk has none); ``weights`` [H] the soft prefix weights; ``beta``
+    the maximum guidance weight (0 = plain sampling).
+    """
+
+    target: torch.Tensor  # [H, action_dim] float32
+    weights: torch.Tensor  # [H] float32
+    beta: float
+
+
 @dataclass
 class FrameInput:
-    """One observation, already in model form."""
+    """One observation, already in model form (and, with real-time chunking, the chunk it continues)."""
 
     images: torch.Tensor  # [slots, 3, S, S] in [-1, 1]
     image_mask: torch.Tensor  # [slots] bool
@@ -44,6 +58,7 @@ class FrameInput:
     stamp_ns: int
     frame_seq: int
     robot_state: np.ndarray | None = None  # raw state, for actions relative to it (the engine does not read it)
+    guide: ChunkGuide | None = None
 
 
 @dataclass

@@ -21,13 +21,13 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from .checkpoint_info import CheckpointInfo, CheckpointInfoError, read_checkpoint_info, slot_names
+from .checkpoint_info import OXYGEN_POLICY_KEYS, CheckpointInfo, CheckpointInfoError, read_checkpoint_info, slot_names
 from .config import ModelConfig
 from .tensor_stream import TensorFileError, TensorReader
 from .key_maps import (
@@ -181,8 +181,8 @@ def _read_config(
         layout = _layout_of(data, path)
     sources = [path.name if raw is not None else "declared parameters"]
     try:
-        if layout == "oxygen":
-            merged, precision = data, None
+        if layout == "oxygen":  # the model config plus the policy facts it records (read by checkpoint_info)
+            merged, precision = {k: v for k, v in data.items() if k not in OXYGEN_POLICY_KEYS}, None
         elif layout == "openpi":
             merged, precision = config_from_openpi(data), data.get("precision")
         else:
@@ -512,12 +512,16 @@ def save_checkpoint(
     layout: Layout = "oxygen",
     norm_stats: Mapping[str, Any] | None = None,
     asset_id: str = "robot",
+    delta_action_mask: Sequence[bool] | None = None,
 ) -> Path:
     """Write ``model`` as a checkpoint in ``layout`` (also how to convert between layouts); returns the dir.
 
     ``norm_stats`` (openpi's ``{"norm_stats": {...}}`` payload or its inner ``{"state": ..., "actions": ...}``;
-    NormStats objects, arrays or lists) goes to ``assets/<asset_id>/norm_stats.json``.
+    NormStats objects, arrays or lists) goes to ``assets/<asset_id>/norm_stats.json``. ``delta_action_mask``
+    (action dims trained relative to the state) is recorded in the "oxygen" layout's config.json.
     """
+    if delta_action_mask is not None and layout != "oxygen":
+        raise ValueError("only the oxygen layout records a delta_action_mask (openpi keeps it in its training config)")
     if layout not in LAYOUTS:
         raise ValueError(f"unknown checkpoint layout {layout!r}; choose one of {list(LAYOUTS)}")
     out = Path(directory)
@@ -528,6 +532,8 @@ def save_checkpoint(
     sidecar: dict[str, Any] = {}
     if layout == "oxygen":
         config_json: dict[str, Any] = cfg.to_dict()
+        if delta_action_mask is not None:
+            config_json["delta_action_mask"] = [bool(m) for m in delta_action_mask]
     else:
         if layout == "openpi":
             maker, reader = openpi_config_json, config_from_openpi

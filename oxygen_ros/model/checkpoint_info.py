@@ -22,6 +22,8 @@ from .lerobot_processor import LeRobotProcessors, ProcessorError, RelativeAction
 from .normalize import ACTIONS_KEY, STATE_KEY, Formula, NormMode, NormStats, NormStatsError, load_norm_stats
 from .precision import IslandStyle
 
+OXYGEN_POLICY_KEYS = ("delta_action_mask",)  # config.json keys of an oxygen_ros checkpoint beyond ModelConfig
+
 
 class CheckpointInfoError(ValueError):
     """The checkpoint's side files (statistics, processors) are unreadable or inconsistent."""
@@ -145,7 +147,8 @@ def read_checkpoint_info(directory: Path, layout: Layout, config_json: dict[str,
         n_action_steps=None,
         prompt_format=fmt,
         prompt_format_note=note,
-        delta_action_mask=None,  # openpi keeps DeltaActions in the training config, not in the checkpoint
+        # openpi keeps DeltaActions in the training config, not in the checkpoint; oxygen_ros records it
+        delta_action_mask=_oxygen_delta_mask(data, config) if layout == "oxygen" else None,
         image_features=_default_slots(config),
         resize_mode="pil",
         islands="openpi",
@@ -153,6 +156,15 @@ def read_checkpoint_info(directory: Path, layout: Layout, config_json: dict[str,
         norm_searched=searched,
         norm_choices=choices,
     )
+
+
+def _oxygen_delta_mask(data: dict[str, Any], config: ModelConfig) -> tuple[bool, ...] | None:
+    mask = data.get("delta_action_mask")
+    if mask is None:
+        return None
+    if not isinstance(mask, list) or not all(isinstance(m, bool) for m in mask) or len(mask) > config.action_dim:
+        raise CheckpointInfoError(f"config.json delta_action_mask must be a list of at most {config.action_dim} booleans, got {mask!r}")
+    return tuple(mask)
 
 
 def slot_names(layout: Layout, config_json: dict[str, Any] | None, config: ModelConfig) -> tuple[str, ...]:

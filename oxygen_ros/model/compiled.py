@@ -2,7 +2,7 @@
 
 An eager action chunk is about 12k small ops (10 Euler steps x 18 layers of norms, projections, RoPE and
 attention on 10 tokens), so on a CPU it is bound by per-op dispatch, not arithmetic. Compiling one
-evaluation of the network (:meth:`Pi05Model.action_velocity`, all layers) fuses the elementwise work between
+evaluation of the network (:meth:`Pi05Model.expert_network`, all layers) fuses the elementwise work between
 the matrix products into a few generated C++ loops and, with freezing, packs every weight for oneDNN once.
 The Euler loop around it stays eager (10 calls of the compiled step per chunk).
 
@@ -77,7 +77,6 @@ class FusedActionSampler:
         self.progress = progress or (lambda message: log.info("%s", message))
         self.compile_s: float | None = None  # wall time of the compiling warm-up call
         self.failure: str | None = None  # why the eager network is used instead
-        self._velocity: VelocityFn = model.action_velocity
         self._compiled: VelocityFn | None = None
         reason = compiler_available() if model.device.type == "cpu" else None
         if reason:
@@ -85,7 +84,7 @@ class FusedActionSampler:
             return
         use_persistent_cache()
         self._freeze = model.device.type == "cpu"
-        self._compiled = torch.compile(model.action_velocity, fullgraph=True, dynamic=False)
+        self._compiled = torch.compile(model.expert_network, fullgraph=True, dynamic=False)
 
     @property
     def fused(self) -> bool:
@@ -94,17 +93,16 @@ class FusedActionSampler:
     def _fail(self, reason: str) -> None:
         self.failure = reason
         self._compiled = None
-        self._velocity = self.model.action_velocity
         log.warning("action chunk: compiling failed (%s); using the eager network (slower, same results)", reason)
 
     def _call_compiled(self, x_t: Tensor, prefix_k: Tensor, prefix_v: Tensor, cos: Tensor, sin: Tensor,
                        mods: Tensor, prefix_bias: Tensor | None = None) -> Tensor:
         assert self._compiled is not None
-        # Per-layer views [T, Hkv, D] are contiguous whatever the KV pool's capacity (the [L, T, ...] view's
-        # layer stride is not), and their length is dynamic: one compilation for every pool and prompt length.
+        # Per-layer views [1, T, Hkv, D] are contiguous whatever the KV pool's capacity (the [L, 1, T, ...]
+        # view's layer stride is not), and their length is dynamic: one compilation for every pool and prompt.
         ks, vs = prefix_k.unbind(0), prefix_v.unbind(0)
         for t in (*ks, *vs):
-            torch._dynamo.mark_dynamic(t, 0)
+            torch._dynamo.mark_dynamic(t, 1)
         # The first step's x_t comes from outside inference mode; a clone makes every call's input alike.
         # Inductor reads its freezing switch outside the per-compile options, hence the patch around the call.
         with torch._inductor.config.patch(freezing=self._freeze):
@@ -114,7 +112,7 @@ class FusedActionSampler:
         if self._compiled is None:
             return self.model.sample_actions(prefix_k, prefix_v, noise)
         try:
-            return self.model.sample_actions(prefix_k, prefix_v, noise, velocity=self._call_compiled)
+            return self.model.sample_actions(prefix_k, prefix_v, noise, network=self._call_compiled)
         except Exception as exc:  # noqa: BLE001 - any compiler failure means: fall back to eager, once
             self._fail(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             return self.model.sample_actions(prefix_k, prefix_v, noise)

@@ -58,7 +58,7 @@ class _Recorded:
 class GraphedActionSampler:
     """An :class:`~oxygen_ros.model.compiled.ActionSampler` replaying one CUDA graph per chunk."""
 
-    def __init__(self, model: Pi05Model, velocity: VelocityFn | None = None, capture: bool | None = None) -> None:
+    def __init__(self, model: Pi05Model, network: VelocityFn | None = None, capture: bool | None = None) -> None:
         cfg, b = model.config, model.config.backbone
         self.model = model
         self.capture = model.device.type == "cuda" if capture is None else capture
@@ -70,12 +70,13 @@ class GraphedActionSampler:
         self.bias = torch.zeros(self.max_prefix, dtype=torch.float32, device=dev)
         self.x = torch.zeros(1, cfg.action_horizon, cfg.action_dim, dtype=torch.float32, device=dev)
         with torch.inference_mode():
-            self.schedule = model.action_schedule(0, cfg.action_horizon, cfg.num_denoise_steps)
-        velocity = velocity or model.action_velocity
+            self.schedule = model.denoise_schedule(0, cfg.action_horizon, cfg.num_denoise_steps)
+        network = network or model.expert_network
+        pk, pv = self.k.unsqueeze(1), self.v.unsqueeze(1)  # [L, 1, T, Hkv, D] views of the static buffers
 
         @torch.inference_mode()
         def chunk() -> Tensor:
-            return model.denoise(self.k, self.v, self.x, self.schedule, velocity, self.bias)
+            return model.denoise(pk, pv, self.x, self.schedule, network, self.bias)
 
         self._set_length(1)
         self.recorded = _Recorded(chunk, self.capture)

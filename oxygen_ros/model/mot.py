@@ -7,10 +7,11 @@ action expert's norms are adaptive (conditioned on the flow time) and gate its r
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from .config import ExpertConfig
-from .layers import AdaRMSNorm, GeGLU, RMSNorm
+from .layers import AdaRMSNorm, GeGLU, RMSNorm, apply_rope, attend
 
 
 # (input norm, post-attention norm) modulations of one block; (None, None) for a plain RMSNorm block.
@@ -74,3 +75,16 @@ class MoTLayer(nn.Module):
         super().__init__()
         self.vlm = ExpertBlock(backbone)
         self.action = ExpertBlock(expert, cond_dim=expert.width)
+
+    def joint(
+        self, xp: Tensor, xs: Tensor, mods: Modulations, cos: Tensor, sin: Tensor, mask: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Both experts over their tokens with one attention (no cache): backbone tokens xp [B, P, Wb] then
+        action tokens xs [B, H, Wa]; cos/sin and mask [B, P+H, P+H] cover the concatenation."""
+        qp, kp, vp, _ = self.vlm.pre_attention(xp, NO_MODULATION)
+        qs, ks, vs, gate = self.action.pre_attention(xs, mods)
+        q = apply_rope(torch.cat((qp, qs), 1), cos, sin)
+        k = apply_rope(torch.cat((kp, ks), 1), cos, sin)
+        attn = attend(q, k, torch.cat((vp, vs), 1), mask)
+        p = xp.shape[1]
+        return self.vlm.post_attention(xp, attn[:, :p], None, NO_MODULATION), self.action.post_attention(xs, attn[:, p:], gate, mods)

@@ -262,6 +262,13 @@ class Normalizer:
             out = np.clip(out, -1.0, 1.0)
         return out.astype(np.float32)
 
+    def normalize_actions(self, actions: Any) -> np.ndarray:
+        """Robot actions [..., D] -> normalized float32 [..., D] (the inverse of `unnormalize_actions`; training)."""
+        a = np.asarray(actions, dtype=np.float64)
+        if a.ndim == 0 or a.shape[-1] != self.action_dim:
+            raise NormStatsError(f"actions have shape {a.shape} but the norm stats describe {self.action_dim} action dimensions")
+        return self._forward(a, self.action_stats, self.action_mode).astype(np.float32)
+
     def _forward(self, x: np.ndarray, stats: NormStats, mode: str) -> np.ndarray:
         if mode == "identity":
             return x

@@ -15,6 +15,7 @@ which is what openpi's ``cumsum(mask) - 1`` positions amount to.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -33,7 +34,7 @@ from .layers import (
     folded_mask_bias,
     sinusoidal_time_embedding,
 )
-from .mot import NO_MODULATION, MoTLayer
+from .mot import NO_MODULATION, Modulations, MoTLayer
 from .vision import VisionTower
 
 
@@ -47,20 +48,27 @@ class ExtendPlan(Protocol):
 
 
 class VelocityFn(Protocol):
-    """:meth:`Pi05Model.action_velocity`'s signature (eager, compiled or captured)."""
+    """:meth:`Pi05Model.expert_network`'s signature (eager, compiled or captured in a CUDA graph)."""
 
-    def __call__(self, x_t: Tensor, prefix_k: Tensor, prefix_v: Tensor, cos: Tensor, sin: Tensor, mods: Tensor,
-                 prefix_bias: Tensor | None = None) -> Tensor: ...
+    def __call__(self, x_t: Tensor, prefix_k: Sequence[Tensor], prefix_v: Sequence[Tensor], cos: Tensor, sin: Tensor,
+                 mods: Tensor, prefix_bias: Tensor | None = None) -> Tensor: ...
 
 
 @dataclass
-class ActionSchedule:
-    """An action chunk's fixed inputs: RoPE of the H action positions, the modulations of every flow time."""
+class DenoiseSchedule:
+    """The x_t-independent inputs of every Euler step of one chunk (see ``Pi05Model.denoise_schedule``)."""
 
-    cos: Tensor  # [1, H, head_dim]
+    steps: int
+    dt: float  # negative: time runs from 1 (noise) to 0 (actions)
+    times: list[float]  # flow time at each step
+    cos: Tensor  # [1, H, head_dim] RoPE of the H action positions
     sin: Tensor
-    mods: Tensor  # [steps, 2·L + 1, 3W]
-    dt: float
+    mods: Tensor  # [steps, 2·L + 1, 3W]: every adaptive norm's modulation at every step (``_action_modulations``)
+
+
+def layer_modulations(mods: Tensor, layer: int) -> Modulations:
+    """Layer ``layer``'s (input, post-attention) norm modulations from one flow time's row [2·L + 1, 3W]."""
+    return mods[2 * layer : 2 * layer + 1], mods[2 * layer + 1 : 2 * layer + 2]
 
 
 @dataclass
@@ -180,58 +188,75 @@ class Pi05Model(nn.Module):
         return PrefixOutput(length=t, num_image_tokens=n_img, last_hidden=hidden)
 
     # ---------------------------------------------------------------------------------------------- actions
-    def action_schedule(self, t_prefix: int, horizon: int, steps: int) -> ActionSchedule:
-        """What a chunk's denoising needs besides the prefix and the noise (see :class:`ActionSchedule`)."""
-        positions = torch.arange(t_prefix, t_prefix + horizon, device=self.device).unsqueeze(0)
+    def denoise_schedule(self, prefix_length: int, horizon: int, num_steps: int | None = None) -> DenoiseSchedule:
+        """What every Euler step of one chunk needs and that does not depend on x_t: the action tokens' RoPE
+        tables, the flow times (1 → 0) and every adaptive norm's modulation at each of them."""
+        steps = num_steps or self.config.num_denoise_steps
+        positions = torch.arange(prefix_length, prefix_length + horizon, device=self.device).unsqueeze(0)
         cos, sin = self.rope.cos_sin(positions, self.dtype)
         dt = -1.0 / steps
         times = 1.0 + dt * torch.arange(steps, device=self.device, dtype=torch.float32)
-        return ActionSchedule(cos, sin, self._action_modulations(times), dt)
+        return DenoiseSchedule(steps, dt, [1.0 + step * dt for step in range(steps)], cos, sin,
+                               self._action_modulations(times))
 
-    def action_velocity(
-        self, x_t: Tensor, prefix_k: Tensor, prefix_v: Tensor, cos: Tensor, sin: Tensor, mods: Tensor,
-        prefix_bias: Tensor | None = None,
+    def expert_network(
+        self, x_t: Tensor, prefix_k: Sequence[Tensor], prefix_v: Sequence[Tensor], cos: Tensor, sin: Tensor,
+        mods: Tensor, prefix_bias: Tensor | None = None,
     ) -> Tensor:
-        """One evaluation of the denoising network: the flow velocity at x_t [1, H, A] (float32).
+        """One evaluation of the action expert on tensors only (what ``torch.compile`` and CUDA graphs wrap).
 
-        prefix_k/v [L, T, Hkv, D] are read, never written; ``mods`` [2·L + 1, 3W] is one flow time's row of
-        :meth:`_action_modulations`; ``prefix_bias`` [T] (0 or -inf) hides prefix slots (a padded prefix).
+        x_t [1, H, A] float32 → velocity [1, H, A] float32. prefix_k/v[i] [1, T, Hkv, D] is layer i's cached
+        prefix (a [L, 1, T, Hkv, D] tensor or a sequence of per-layer views), read, never written; ``mods``
+        [2·L + 1, 3W] is one flow time's row of :meth:`_action_modulations`; ``prefix_bias`` [T] (0 or -inf)
+        hides prefix slots (a prefix padded to a static length).
         """
         x = self._embed_actions(x_t)
         for i, layer in enumerate(self.layers):
-            m = (mods[2 * i : 2 * i + 1], mods[2 * i + 1 : 2 * i + 2])
+            m = layer_modulations(mods, i)
             q, k, v, gate = layer.action.pre_attention(x, m)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-            attn = attend_two_parts(q, prefix_k[i].unsqueeze(0), prefix_v[i].unsqueeze(0), k, v, prefix_bias)
+            attn = attend_two_parts(q, prefix_k[i], prefix_v[i], k, v, prefix_bias)
             x = layer.action.post_attention(x, attn, gate, m)
         x, _ = self.action_norm(x, mods[-1:])
         return self._velocity(x)
 
+    def expert_velocity(
+        self, x_t: Tensor, prefix_k: Tensor, prefix_v: Tensor, schedule: DenoiseSchedule, step: int,
+        network: VelocityFn | None = None,
+    ) -> Tensor:
+        """The flow velocity v(x_t, t_step) from the action expert alone, reading the prefix KV in place.
+
+        x_t [1, H, A] float32; prefix_k/v [L, 1, T, Hkv, D]. Differentiable in x_t when called outside
+        inference mode with the eager network (real-time chunking takes a vector-Jacobian product through it);
+        the weights are frozen. ``network`` replaces :meth:`expert_network` (e.g. its compiled form).
+        """
+        return (network or self.expert_network)(x_t, prefix_k, prefix_v, schedule.cos, schedule.sin, schedule.mods[step])
+
     @torch.inference_mode()
     def sample_actions(
         self, prefix_k: Tensor, prefix_v: Tensor, noise: Tensor, num_steps: int | None = None,
-        velocity: VelocityFn | None = None,
+        network: VelocityFn | None = None,
     ) -> Tensor:
         """Euler flow-matching from t=1 (noise) to t=0 against a cached prefix.
 
         prefix_k/v [L, T, Hkv, D] are read in place at every step and never written. noise [H, A] → [H, A]
-        (float32, still normalized). ``velocity`` replaces :meth:`action_velocity` (same signature), e.g. by
-        its compiled form (``oxygen_ros.model.compiled``).
+        (float32, still normalized). ``network`` replaces :meth:`expert_network` (same signature), e.g. by its
+        compiled form (``oxygen_ros.model.compiled``).
         """
-        steps = num_steps or self.config.num_denoise_steps
-        schedule = self.action_schedule(prefix_k.shape[1], noise.shape[0], steps)
-        return self.denoise(prefix_k, prefix_v, noise.to(self.device, torch.float32).unsqueeze(0), schedule,
-                            velocity or self.action_velocity)[0]
+        schedule = self.denoise_schedule(prefix_k.shape[1], noise.shape[0], num_steps)
+        pk, pv = prefix_k.unsqueeze(1), prefix_v.unsqueeze(1)  # [L, 1, T, Hkv, D] views
+        x_t = noise.to(self.device, torch.float32).unsqueeze(0)
+        return self.denoise(pk, pv, x_t, schedule, network or self.expert_network)[0]
 
     def denoise(
-        self, prefix_k: Tensor, prefix_v: Tensor, x_t: Tensor, schedule: ActionSchedule, velocity: VelocityFn,
-        prefix_bias: Tensor | None = None,
+        self, prefix_k: Sequence[Tensor], prefix_v: Sequence[Tensor], x_t: Tensor, schedule: DenoiseSchedule,
+        network: VelocityFn, prefix_bias: Tensor | None = None,
     ) -> Tensor:
-        """The Euler steps of a schedule from x_t [1, H, A] (float32); no allocation depends on data, so a
-        CUDA graph can capture it."""
+        """The Euler steps of a schedule from x_t [1, H, A] (float32); prefix_k/v[i] [1, T, Hkv, D]. No
+        allocation depends on data, so a CUDA graph can capture it."""
         s = schedule
-        for step in range(s.mods.shape[0]):
-            x_t = x_t + s.dt * velocity(x_t, prefix_k, prefix_v, s.cos, s.sin, s.mods[step], prefix_bias)
+        for step in range(s.steps):
+            x_t = x_t + s.dt * network(x_t, prefix_k, prefix_v, s.cos, s.sin, s.mods[step], prefix_bias)
         return x_t
 
     # ------------------------------------------------------------------------------------------------- text
@@ -299,14 +324,7 @@ class Pi05Model(nn.Module):
         mask = mask.unsqueeze(0)
         cos, sin = self.rope.cos_sin(torch.arange(total, device=self.device).unsqueeze(0), self.dtype)
         for i, layer in enumerate(self.layers):
-            m = (mods[2 * i : 2 * i + 1], mods[2 * i + 1 : 2 * i + 2])
-            qp, kp, vp, _ = layer.vlm.pre_attention(xp, NO_MODULATION)
-            qs, ks, vs, gate = layer.action.pre_attention(xs, m)
-            q = apply_rope(torch.cat((qp, qs), 1), cos, sin)
-            k = apply_rope(torch.cat((kp, ks), 1), cos, sin)
-            attn = attend(q, k, torch.cat((vp, vs), 1), mask)
-            xp = layer.vlm.post_attention(xp, attn[:, :tp], None, NO_MODULATION)
-            xs = layer.action.post_attention(xs, attn[:, tp:], gate, m)
+            xp, xs = layer.joint(xp, xs, layer_modulations(mods, i), cos, sin, mask)
         xs, _ = self.action_norm(xs, mods[-1:])
         return self._velocity(xs)[0]
 

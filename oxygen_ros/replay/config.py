@@ -14,20 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
 from oxygen_ros.ros.params import (
     ConfigError, NodeSettings, default_values, node_settings, runtime_config, settings_from_values,
 )  # fmt: skip
 from oxygen_ros.runtime import RuntimeConfig
+from oxygen_ros.runtime.params_file import ParamsFileError, read_params_file
+
+__all__ = ["ParamsFileError", "ReplayConfig", "default_params_file", "load_replay_config"]
 
 DEFAULT_NODE = "/oxygen_node"  # the node's default name (oxygen_ros.ros.node, launch file)
 # Standard ROS parameters a params file may carry for any node; the node's table does not declare them.
 _ROS_STANDARD = {"use_sim_time", "qos_overrides", "start_type_description_service"}
-
-
-class ParamsFileError(ValueError):
-    """The parameters file is missing, not YAML, has no parameters, or holds invalid values."""
 
 
 @dataclass(frozen=True)
@@ -75,49 +72,6 @@ class ReplayConfig:
         return self.topic(f"~/text/{task}/final")
 
 
-def _find_parameters(data: Mapping[str, Any], path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], dict]]:
-    """Every ``ros__parameters`` block with the key path leading to it."""
-    found = []
-    for key, value in data.items():
-        if key == "ros__parameters" and isinstance(value, dict):
-            found.append((path, value))
-        elif isinstance(value, dict):
-            found.extend(_find_parameters(value, path + (str(key),)))
-    return found
-
-
-def _node_fqn(path: tuple[str, ...]) -> str | None:
-    """The node name a YAML key path names, or None for wildcards (``/**``) and no key."""
-    parts = [p.strip("/") for p in path if p.strip("/")]
-    if not parts or any("*" in p for p in parts):
-        return None
-    return "/" + "/".join(parts)
-
-
-def parameters_from_yaml(
-    data: Any, source: str = "parameters", node: str | None = None
-) -> tuple[dict[str, Any], str | None]:
-    """(values, node fqn or None if the file does not name the node) from a loaded params document;
-    ``node`` picks one node if the file has several."""
-    if data is None:
-        return {}, None
-    if not isinstance(data, dict):
-        raise ParamsFileError(f"{source}: expected a mapping at the top, got {type(data).__name__}")
-    blocks = _find_parameters(data)
-    if not blocks:  # a plain mapping of values
-        return dict(data), None
-    if node is not None and len(blocks) > 1:
-        wanted = "/" + node.strip("/")
-        blocks = [b for b in blocks if _node_fqn(b[0]) in (wanted, None) or (b[0] and b[0][-1].strip("/") == node.strip("/"))]
-        if not blocks:
-            raise ParamsFileError(f"{source}: no ros__parameters for node {node!r}")
-    if len(blocks) > 1:
-        names = [_node_fqn(p) or "/**" for p, _ in blocks]
-        raise ParamsFileError(f"{source}: parameters for several nodes {names}; choose one with --node-name")
-    path, values = blocks[0]
-    return dict(values), _node_fqn(path)
-
-
 def default_params_file() -> Path | None:
     """The demo configuration shipped with the package (installed share/ or the source checkout), if any."""
     candidates = [Path(__file__).resolve().parents[2] / "config" / "demo.yaml",  # a source checkout first
@@ -141,14 +95,7 @@ def load_replay_config(
     fqn: str | None = None
     source = str(path) if path is not None else "defaults"
     if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ParamsFileError(f"parameters file {p} does not exist")
-        try:
-            data = yaml.safe_load(p.read_text())
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            raise ParamsFileError(f"parameters file {p} is not valid YAML: {exc}") from None
-        values, fqn = parameters_from_yaml(data, str(p), node)
+        values, fqn = read_params_file(path, node)
     if node is not None:  # an explicit name wins (the node may be started under another name)
         fqn = "/" + node.strip("/")
     fqn = fqn or DEFAULT_NODE

@@ -36,7 +36,8 @@ from oxygen_ros.ros.convert import (
     text_delta_msg,
 )
 from oxygen_ros.ros.inputs import InputStore, ObservationError
-from oxygen_ros.ros.outputs import JointLimits, trajectory_msg
+from oxygen_ros.ros.outputs import JointLimits, to_trajectory_msg
+from oxygen_ros.runtime.alignment import ChunkTooLate, aligned_trajectory, replan_due
 from oxygen_ros.ros.params import model_fit_problems
 from oxygen_ros.runtime import InputError, PolicyRuntime
 
@@ -106,6 +107,7 @@ class OfflineReplay:
         self.action_s: list[float] = []
         self.deadline_misses = 0
         self.frames = self.chunks = self.trajectories = self.clamped = 0
+        self._last_chunk_s: float | None = None  # bag time of the tick of the last chunk (replan)
         self.text: dict[str, list[dict[str, Any]]] = {t.name: [] for t in config.runtime.tasks}
         self._pieces: dict[int, list[str]] = {}
         self._tokens: dict[int, int] = {}
@@ -222,17 +224,24 @@ class OfflineReplay:
         s = self.config.settings
         actions = result.actions
         record = self.options.record_latencies
+        latency_s = max(0.0, (now_ns - obs.stamp_ns) / 1e9)  # observation → this tick, on the bag's clock
+        n_steps = runtime.n_action_steps
         chunk = action_chunk_msg(
             actions, stamp=obs.stamp_ns, frame_seq=result.tick.frame_seq, step_period_s=s.step_period_s,
             joint_names=s.joint_names, prefill_latency_s=result.tick.prefill_s if record else 0.0,
             action_latency_s=result.tick.action_s if record else 0.0, engine_mode=runtime.config.engine_mode,
-            frame_id=obs.frame_id,
+            frame_id=obs.frame_id, latency_s=latency_s, n_action_steps=n_steps,
         )  # fmt: skip
         traj = None
         if s.publish_trajectory and s.joint_names:
-            traj, clamped = trajectory_msg(actions, s.joint_names, s.step_period_s,
-                                           JointLimits(s.joint_limits_lower, s.joint_limits_upper))  # fmt: skip
-            self.clamped += clamped
+            limits = JointLimits(s.joint_limits_lower, s.joint_limits_upper)
+            try:  # the node's rule (time_alignment), so the bag shows what the robot would get
+                timed, clamped = aligned_trajectory(actions, s.joint_names, s.step_period_s, limits, obs.stamp_ns,
+                                                    latency_s, n_steps, runtime.config.time_alignment)  # fmt: skip
+                traj = to_trajectory_msg(timed)
+                self.clamped += clamped
+            except ChunkTooLate:
+                runtime.forget_chunk()
         writer.write(self._out(self.config.action_chunk_topic), ACTION_CHUNK, now_ns, chunk)
         self.chunks += 1
         if traj is not None:
@@ -299,36 +308,46 @@ class OfflineReplay:
         return InputStore([*self.cameras, *[""] * pad], [*self.optional, *[True] * pad],
                           [*s.camera_sizes, *[(0, 0)] * pad], self.use_state, s.max_instruction_chars)  # fmt: skip
 
+    def _step(self, writer: BagWriter, runtime: PolicyRuntime, store: InputStore, obs: Any, tick: int, now: int,
+              t0: int, period_s: float, work_start: float) -> None:  # fmt: skip
+        s = self.config.settings
+        try:
+            frame = runtime.make_frame(obs.images, obs.state, obs.instruction, obs.stamp_ns)
+        except InputError as exc:
+            store.count(f"skipped_invalid_{exc.kind}")
+            self._skip(tick, now, t0, f"invalid_{exc.kind}", str(exc))
+        else:
+            try:
+                # offline, the observation's age at this tick is the latency the chunk will have
+                result = runtime.step(frame, s.step_period_s, max(0.0, (now - obs.stamp_ns) / 1e9))
+                self._last_chunk_s = now / 1e9
+                self.frames += 1
+                self._write_chunk(writer, runtime, result, obs, now)
+            except Exception as exc:  # noqa: BLE001 - as the node: count, no chunk, keep going
+                self._engine_error(tick, now, t0, "control tick", exc)
+                result = None
+            if result is not None:
+                self._write_events(writer, result.events, now)
+                self.prefill_s.append(result.tick.prefill_s)
+                self.action_s.append(result.tick.action_s)
+            work = time.perf_counter() - work_start
+            self.step_wall.append(work)
+            if work > period_s:
+                self.deadline_misses += 1
+
     def _tick(self, writer: BagWriter, runtime: PolicyRuntime, store: InputStore, tick: int, now: int, t0: int,
               period_s: float) -> None:  # fmt: skip
         s = self.config.settings
         work_start = time.perf_counter()
-        try:
-            obs = store.snapshot(now, self.max_age_ns, s.default_instruction)
-        except ObservationError as exc:
-            self._skip(tick, now, t0, exc.kind, str(exc))
-        else:
+        # With replan = n_action_steps a tick between chunks only advances the text.
+        if replan_due(now / 1e9, self._last_chunk_s, runtime.config.replan, runtime.n_action_steps, s.step_period_s,
+                      period_s / 2):  # fmt: skip
             try:
-                frame = runtime.make_frame(obs.images, obs.state, obs.instruction, obs.stamp_ns)
-            except InputError as exc:
-                store.count(f"skipped_invalid_{exc.kind}")
-                self._skip(tick, now, t0, f"invalid_{exc.kind}", str(exc))
+                obs = store.snapshot(now, self.max_age_ns, s.default_instruction)
+            except ObservationError as exc:
+                self._skip(tick, now, t0, exc.kind, str(exc))
             else:
-                try:
-                    result = runtime.step(frame)
-                    self.frames += 1
-                    self._write_chunk(writer, runtime, result, obs, now)
-                except Exception as exc:  # noqa: BLE001 - as the node: count, no chunk, keep going
-                    self._engine_error(tick, now, t0, "control tick", exc)
-                    result = None
-                if result is not None:
-                    self._write_events(writer, result.events, now)
-                work = time.perf_counter() - work_start
-                self.step_wall.append(work)
-                self.prefill_s.append(result.tick.prefill_s)
-                self.action_s.append(result.tick.action_s)
-                if work > period_s:
-                    self.deadline_misses += 1
+                self._step(writer, runtime, store, obs, tick, now, t0, period_s, work_start)
         decode_start = time.perf_counter()
         try:
             events = runtime.decode()

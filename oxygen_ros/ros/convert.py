@@ -285,6 +285,8 @@ def action_chunk_msg(
     action_latency_s: float = 0.0,
     engine_mode: str = "",
     frame_id: str = "",
+    latency_s: float = 0.0,
+    n_action_steps: int = 0,
 ) -> ActionChunk:
     """Build an `oxygen_ros_msgs/ActionChunk` from a (horizon, action_dim) array.
 
@@ -318,6 +320,8 @@ def action_chunk_msg(
     msg.prefill_latency_s = float(prefill_latency_s)
     msg.action_latency_s = float(action_latency_s)
     msg.engine_mode = engine_mode
+    msg.latency_s = float(latency_s)
+    msg.n_action_steps = int(n_action_steps)
     return msg
 
 

@@ -42,13 +42,14 @@ from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
 from oxygen_ros.runtime import InputError, PolicyRuntime, RuntimeConfig
+from oxygen_ros.runtime.alignment import ChunkTooLate, aligned_trajectory, replan_due
 
 from . import params as P
 from .ask_server import AskServer
 from .convert import action_chunk_msg, compressed_image_to_array, image_to_array, joint_positions, stamp_to_ns, text_delta_msg
 from .diagnostics import Diagnostics, diagnostic_array
 from .inputs import InputStore, Observation, ObservationError
-from .outputs import JointLimits, final_text_topic, text_topic, trajectory_msg
+from .outputs import JointLimits, final_text_topic, text_topic, to_trajectory_msg
 from .topic_stats import TopicStatistics
 
 __all__ = ["OxygenNode", "RuntimeLoader"]
@@ -106,6 +107,8 @@ class OxygenNode(Node):
         self._text_parts: dict[int, list[str]] = {}
         self._last_instruction = ""
         self._tick_wanted = threading.Event()
+        self._last_chunk_s: float | None = None  # node-clock time of the tick of the last chunk
+        self._last_latency_s = 0.0  # observation → publication of the last chunk
         self._stopping = threading.Event()
         self._model_thread: threading.Thread | None = None
         self._input_subs: list[Any] = []
@@ -143,7 +146,7 @@ class OxygenNode(Node):
                 use_state=bool(s.joint_names),
                 max_instruction_chars=s.max_instruction_chars,
             )
-            self.diag = Diagnostics(s.control_rate_hz)
+            self.diag = Diagnostics(self._chunk_rate_hz())
             self._diag_timer.timer_period_ns = int(round(s.diagnostics_period_s * 1e9))  # may have changed unconfigured
             self.topic_stats = TopicStatistics([*s.camera_topics, *(["joint_states"] if s.joint_names else [])])
             self._limits = JointLimits(s.joint_limits_lower, s.joint_limits_upper)
@@ -160,6 +163,7 @@ class OxygenNode(Node):
         """Subscriptions, the control timer and the model thread live; ~/ask takes questions."""
         self._stopping.clear()
         self._tick_wanted.clear()
+        self._last_chunk_s = None  # the first tick after activation computes a chunk
         self._create_subscriptions()
         self._create_timers()
         self._model_thread = threading.Thread(target=self._model_loop, name="oxygen-model", daemon=True)
@@ -222,6 +226,13 @@ class OxygenNode(Node):
         unknown = sorted(n for n in overrides if not self.has_parameter(n) and not n.startswith("qos_overrides."))
         if unknown:
             self.get_logger().warning(f"ignoring unknown parameters {unknown} (misspelled? see config/demo.yaml)")
+
+    def _chunk_rate_hz(self) -> float:
+        """The chunk rate diagnostics expect: the control rate, or one chunk per n_action_steps steps."""
+        s, rt = self.settings, self.runtime
+        if rt.config.replan == "tick":
+            return s.control_rate_hz
+        return min(s.control_rate_hz, 1.0 / (rt.n_action_steps * s.step_period_s))
 
     def _check_fits_model(self) -> None:
         rt = self.runtime
@@ -360,11 +371,15 @@ class OxygenNode(Node):
 
     # ------------------------------------------------------------------------------ model work
     def _on_tick(self) -> None:
+        s, rt = self.settings, self.runtime
+        now_s = self._now_ns() / 1e9
+        if not replan_due(now_s, self._last_chunk_s, rt.config.replan, rt.n_action_steps, s.step_period_s,
+                          slack_s=s.control_period_s / 2):  # fmt: skip
+            return  # the current chunk still runs: replanning every n_action_steps steps
         start = time.perf_counter()
         now_ns = self._now_ns()
         self.diag.tick_started(now_ns)
         self.topic_stats.record_ages(self.store.ages_s(now_ns))
-        s = self.settings
         try:
             obs = self.store.snapshot(now_ns, int(s.max_observation_age_s * 1e9), s.default_instruction)
         except ObservationError as exc:
@@ -381,7 +396,9 @@ class OxygenNode(Node):
             self._warn("prompt_truncated", f"prompt cut to {self.runtime.model_config.max_prompt_tokens} tokens "
                                            f"(max_prompt_tokens); shorten the instruction")
         try:
-            result = self.runtime.step(frame)
+            # With real-time chunking the new chunk continues the last one; its delay is the last measured latency.
+            result = self.runtime.step(frame, s.step_period_s, self._last_latency_s)
+            self._last_chunk_s = now_s
         except Exception as exc:  # a robot never sees a traceback: log, count, no chunk, keep running
             self._engine_error("control tick", exc)
             return
@@ -391,11 +408,13 @@ class OxygenNode(Node):
         try:
             self._publish_step(obs, result, start)
         except Exception as exc:  # e.g. NaN actions: no chunk rather than a wrong one
+            self.runtime.forget_chunk()  # the robot does not execute it: the next chunk must not continue it
             self._engine_error("action chunk", exc)
         self._publish_events(result.events)  # text of modes that finish it inside the frame
 
     def _publish_step(self, obs: Observation, result: Any, start: float) -> None:
-        s = self.settings
+        s, rt = self.settings, self.runtime
+        latency_s = max(0.0, (self._now_ns() - obs.stamp_ns) / 1e9)  # observation → publication, node clock
         chunk = action_chunk_msg(
             result.actions,
             stamp=obs.stamp_ns,
@@ -404,16 +423,27 @@ class OxygenNode(Node):
             joint_names=s.joint_names,
             prefill_latency_s=result.tick.prefill_s,
             action_latency_s=result.tick.action_s,
-            engine_mode=self.runtime.config.engine_mode,
+            engine_mode=rt.config.engine_mode,
             frame_id=obs.frame_id,
+            latency_s=latency_s,
+            n_action_steps=rt.n_action_steps,
         )  # raises ValueError for NaN/inf actions: no chunk rather than a wrong one
         trajectory = None
         if s.publish_trajectory and self._trajectory_pub is not None:
-            trajectory, clamped = trajectory_msg(result.actions, s.joint_names, s.step_period_s, self._limits)
-            self.diag.clamped(clamped)
+            try:
+                timed, clamped = aligned_trajectory(result.actions, s.joint_names, s.step_period_s, self._limits,
+                                                    obs.stamp_ns, latency_s, rt.n_action_steps, rt.config.time_alignment)
+            except ChunkTooLate as exc:  # the controller would reject it: say so, send the chunk only
+                self.store.count("chunk_too_late")
+                self._warn("chunk_too_late", f"no trajectory this tick: {exc}")
+                rt.forget_chunk()
+            else:
+                trajectory = to_trajectory_msg(timed)
+                self.diag.clamped(clamped)
         self._chunk_pub.publish(chunk)
         if trajectory is not None:
             self._trajectory_pub.publish(trajectory)  # type: ignore[union-attr]
+        self._last_latency_s = latency_s
         now_ns = self._now_ns()
         self.diag.chunk_published(now_ns, time.perf_counter() - start)
         if obs.stamp_ns > 0:
@@ -512,7 +542,7 @@ class OxygenNode(Node):
         if new.control_rate_hz != old.control_rate_hz:
             if self.active:
                 self._control_timer.timer_period_ns = int(round(new.control_period_s * 1e9))
-            self.diag.set_target_rate(new.control_rate_hz)
+        self.diag.set_target_rate(self._chunk_rate_hz())  # the control rate or the step period may have changed
 
     # ------------------------------------------------------------------------------- shutdown
     def destroy_node(self) -> None:

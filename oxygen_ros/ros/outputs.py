@@ -1,22 +1,21 @@
 """Outputs for other ROS stacks: the JointTrajectory for a joint trajectory controller, and topic names.
 
-Timing follows DESIGN §4 (ros2_control's joint_trajectory_controller): `header.stamp` 0 = start on
-arrival, the first point one step period ahead (a point at 0 would already be in the past), and strictly
-increasing `time_from_start`. Only the configured joints are commanded: the first len(joint_names) action
-dimensions, in that order, read as absolute joint positions, clamped to the configured limits.
+The timing and clamping of the points live in the ROS-free `oxygen_ros.runtime.trajectory` (shared with
+the simulator); this module only wraps them in (and reads them back from) `trajectory_msgs` messages.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from .convert import duration_from_s
+from oxygen_ros.runtime.trajectory import JointLimits, TimedTrajectory, trajectory_points
 
-__all__ = ["JointLimits", "final_text_topic", "text_topic", "trajectory_msg"]
+from .convert import duration_from_s, ns_to_stamp, stamp_to_ns
+
+__all__ = ["JointLimits", "final_text_topic", "from_trajectory_msg", "text_topic", "to_trajectory_msg", "trajectory_msg"]
 
 
 def text_topic(task: str) -> str:
@@ -29,29 +28,31 @@ def final_text_topic(task: str) -> str:
     return f"~/text/{task}/final"
 
 
-@dataclass(frozen=True)
-class JointLimits:
-    """Position limits per joint (same order as the joint names); empty = no clamping."""
+def to_trajectory_msg(trajectory: TimedTrajectory) -> JointTrajectory:
+    msg = JointTrajectory()
+    if trajectory.start_time_ns:
+        msg.header.stamp = ns_to_stamp(trajectory.start_time_ns)  # else 0: "start now" for the controller
+    msg.joint_names = list(trajectory.joint_names)
+    for t, row in zip(trajectory.times_s, trajectory.positions):
+        point = JointTrajectoryPoint()
+        point.positions = [float(x) for x in row]
+        point.time_from_start = duration_from_s(float(t))
+        msg.points.append(point)
+    return msg
 
-    lower: tuple[float, ...] = ()
-    upper: tuple[float, ...] = ()
 
-    def __post_init__(self) -> None:
-        if len(self.lower) != len(self.upper):
-            raise ValueError(f"{len(self.lower)} lower limits but {len(self.upper)} upper limits")
-        bad = [i for i, (lo, hi) in enumerate(zip(self.lower, self.upper)) if lo > hi]
-        if bad:
-            raise ValueError(f"lower limit above upper limit for joints at indices {bad}")
-
-    def clamp(self, positions: np.ndarray) -> tuple[np.ndarray, int]:
-        """Clamp [..., n_joints] positions; returns (clamped, number of values that were changed)."""
-        if not self.lower:
-            return positions, 0
-        lo, hi = np.asarray(self.lower), np.asarray(self.upper)
-        if positions.shape[-1] != lo.size:
-            raise ValueError(f"{positions.shape[-1]} joint positions for {lo.size} joint limits")
-        clamped = np.clip(positions, lo, hi)
-        return clamped, int(np.count_nonzero(clamped != positions))
+def from_trajectory_msg(msg: Any) -> TimedTrajectory:
+    """A received JointTrajectory as plain data; ValueError says what is wrong with it."""
+    names = tuple(str(n) for n in msg.joint_names)
+    if not msg.points:
+        raise ValueError("the trajectory has no points")
+    rows = []
+    for i, point in enumerate(msg.points):
+        if len(point.positions) != len(names):
+            raise ValueError(f"point {i} has {len(point.positions)} positions for {len(names)} joints")
+        rows.append(np.asarray(point.positions, dtype=np.float64))
+    times = [stamp_to_ns(p.time_from_start) * 1e-9 for p in msg.points]
+    return TimedTrajectory(names, np.asarray(times), np.stack(rows), stamp_to_ns(msg.header.stamp))
 
 
 def trajectory_msg(
@@ -60,30 +61,9 @@ def trajectory_msg(
     step_period_s: float,
     limits: JointLimits = JointLimits(),
 ) -> tuple[JointTrajectory, int]:
-    """A JointTrajectory from a (horizon, action_dim) chunk: point i at (i + 1) x step period.
+    """A JointTrajectory ("start now") from a (horizon, action_dim) chunk: see `trajectory_points`.
 
-    Returns the message and how many positions were clamped. Raises ValueError for an empty chunk, fewer
-    action dimensions than joints, non-finite actions or a step period that is not positive.
+    Returns the message and how many positions were clamped; raises ValueError for chunks it cannot command.
     """
-    values = np.asarray(actions, dtype=np.float64)
-    if values.ndim != 2 or values.shape[0] == 0:
-        raise ValueError(f"actions must be a non-empty (horizon, action_dim) array, got shape {values.shape}")
-    if not joint_names:
-        raise ValueError("a trajectory needs at least one joint name")
-    n = len(joint_names)
-    if values.shape[1] < n:
-        raise ValueError(f"{values.shape[1]} action dimensions cannot command {n} joints")
-    if not step_period_s > 0:
-        raise ValueError(f"step period must be > 0, got {step_period_s}")
-    positions = values[:, :n]
-    if not np.all(np.isfinite(positions)):
-        raise ValueError("actions contain NaN or infinite values")
-    positions, clamped = limits.clamp(positions)
-    msg = JointTrajectory()  # header.stamp stays 0: "start now" for the controller
-    msg.joint_names = [str(j) for j in joint_names]
-    for i, row in enumerate(positions):
-        point = JointTrajectoryPoint()
-        point.positions = [float(x) for x in row]
-        point.time_from_start = duration_from_s((i + 1) * step_period_s)
-        msg.points.append(point)
-    return msg, clamped
+    trajectory, clamped = trajectory_points(actions, joint_names, step_period_s, limits)
+    return to_trajectory_msg(trajectory), clamped

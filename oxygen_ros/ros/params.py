@@ -38,7 +38,9 @@ from oxygen_ros.engine.modes import MODES
 from oxygen_ros.engine.questions import ASK_TASK
 from oxygen_ros.model.config import PRESETS
 from oxygen_ros.model.key_maps import VARIANTS
+from oxygen_ros.model.rtc import SCHEDULES
 from oxygen_ros.runtime import RuntimeConfig
+from oxygen_ros.runtime.alignment import REPLAN, TIME_ALIGNMENTS
 from oxygen_ros.runtime.cameras import slot_names_of, slot_positions
 from oxygen_ros.runtime.config import NORM_MODE_CHOICES, PROMPT_FORMAT_CHOICES, RESIZE_MODE_CHOICES
 
@@ -269,6 +271,26 @@ PARAMS: tuple[ParamSpec, ...] = (
               "'eager': plain torch.", choices=("eager", "compiled")),
     ParamSpec("overlap_decode", "bool", _runtime_default("overlap_decode"),
               "oxygen mode: run one batched decode step on a second thread while the action chunk runs."),
+    # ------------------------------------------------------- chunk execution (runtime/alignment.py, chunking.py)
+    ParamSpec("n_action_steps", "int", _runtime_default("n_action_steps"),
+              "Execution horizon: actions of a chunk run after it arrives before the next one replaces it "
+              "(0 = the checkpoint's n_action_steps, else the whole chunk); at most horizon.", low=0, high=1000),
+    ParamSpec("replan", "str", _runtime_default("replan"),
+              "When a new chunk is computed: every control tick, or once n_action_steps steps ran since the last.",
+              choices=REPLAN),
+    ParamSpec("time_alignment", "str", _runtime_default("time_alignment"),
+              "'stamp': trajectories stamped with the observation time (the controller skips past points); "
+              "'drop': the first ceil(latency / step) actions dropped, the rest start on arrival; 'none': every "
+              "action from arrival (replays the past).", choices=TIME_ALIGNMENTS),
+    ParamSpec("rtc", "bool", _runtime_default("rtc"),
+              "Real-time chunking: guide each chunk's overlap with the still-executing previous chunk."),
+    ParamSpec("rtc_beta", "float", _runtime_default("rtc_beta"),
+              "Real-time chunking: maximum guidance weight (0 = plain sampling).", low=0.0, high=1e6),
+    ParamSpec("rtc_prefix_attention_horizon", "int", _runtime_default("rtc_prefix_attention_horizon"),
+              "Real-time chunking: rows of the new chunk guided at all (0 = the whole overlap); at most horizon.",
+              low=0, high=1000),
+    ParamSpec("rtc_schedule", "str", _runtime_default("rtc_schedule"),
+              "Real-time chunking: prefix weights from the delay to the horizon.", choices=SCHEDULES),
     # ----------------------------------------------------------------------------- inputs (topics)
     ParamSpec("camera_topics", "str[]", ["camera/image_raw"],
               "One topic per image slot, in slot order (pi0.5: base, left wrist, right wrist); '' = no camera "
@@ -369,7 +391,7 @@ class NodeSettings:
 
 
 # ------------------------------------------------------------------------------- node plumbing
-def declare_parameters(node: Node, fixed_read_only: bool = True) -> dict[str, Any]:
+def declare_parameters(node: Node, specs: Sequence[ParamSpec] = PARAMS, fixed_read_only: bool = True) -> dict[str, Any]:
     """Declare every parameter on `node` (overrides from --params-file apply) and return the values.
 
     `fixed_read_only=False` leaves the parameters that fix the model and the wiring writable for ROS (a
@@ -383,7 +405,7 @@ def declare_parameters(node: Node, fixed_read_only: bool = True) -> dict[str, An
     _doubles_from_integers(overrides)  # the pre-set callback does not run for declarations
     node.add_pre_set_parameters_callback(lambda params: [_as_declared_type(p) for p in params])
     problems = []
-    for spec in PARAMS:
+    for spec in specs:
         read_only = spec.read_only and fixed_read_only
         empty_list = spec.kind.endswith("[]") and not spec.default
         try:
@@ -405,7 +427,7 @@ def declare_parameters(node: Node, fixed_read_only: bool = True) -> dict[str, An
             problems.append(reason or f"{spec.name}: {exc}")
     if problems:
         raise ConfigError("bad parameter: " + "; ".join(problems))
-    return read_values(node)
+    return read_values(node, specs)
 
 
 def _as_declared_type(param: Parameter) -> Parameter:
@@ -425,9 +447,9 @@ def _doubles_from_integers(overrides: dict[str, Parameter]) -> None:
         overrides[name] = _as_declared_type(param)
 
 
-def read_values(node: Node) -> dict[str, Any]:
+def read_values(node: Node, specs: Sequence[ParamSpec] = PARAMS) -> dict[str, Any]:
     """Current values of the declared parameters (an unset list reads as [])."""
-    return {spec.name: _get(node, spec) for spec in PARAMS}
+    return {spec.name: _get(node, spec) for spec in specs}
 
 
 def _get(node: Node, spec: ParamSpec) -> Any:

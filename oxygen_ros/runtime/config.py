@@ -12,6 +12,9 @@ from oxygen_ros.model.config import PRESETS
 from oxygen_ros.model.key_maps import VARIANTS
 from oxygen_ros.model.prompt import PROMPT_FORMATS
 from oxygen_ros.model.preprocess import RESIZE_MODES
+from oxygen_ros.model.rtc import SCHEDULES
+
+from .alignment import REPLAN, TIME_ALIGNMENTS
 
 # "auto" = as the checkpoint's own framework does it (see PolicyRuntime.load).
 NORM_MODE_CHOICES = ("auto", "quantile", "mean_std", "none")
@@ -65,6 +68,14 @@ class RuntimeConfig:
     num_threads: int = 0  # torch CPU threads; 0 = torch's default (one per core)
     action_backend: str = "eager"  # "compiled": the action chunk through torch.compile (at start-up), eager fallback
     overlap_decode: bool = False  # oxygen mode: one decode step runs on its own thread during the action chunk
+    # Chunk execution (runtime/alignment.py, runtime/chunking.py)
+    n_action_steps: int = 0  # actions of a chunk executed before the next replaces it; 0 = checkpoint's, else all
+    replan: str = "tick"  # "tick": a new chunk every control tick; "n_action_steps": every n_action_steps steps
+    time_alignment: str = "stamp"  # "stamp" | "drop" | "none" (see runtime/alignment.py)
+    rtc: bool = False  # real-time chunking: guide each chunk's overlap toward the previous chunk
+    rtc_beta: float = 5.0  # maximum guidance weight
+    rtc_prefix_attention_horizon: int = 0  # rows guided at all; 0 = the whole overlap with the previous chunk
+    rtc_schedule: str = "exp"  # prefix weights between the delay and the horizon
 
     def validate(self) -> "RuntimeConfig":
         """Raise ValueError naming the first bad field and why; returns self."""
@@ -89,6 +100,14 @@ class RuntimeConfig:
             (self.max_waiting >= 0, "max_waiting must be >= 0"),
             (self.num_threads >= 0, "num_threads must be >= 0 (0 = torch's default)"),
             (self.action_backend in ("eager", "compiled"), "action_backend must be 'eager' or 'compiled'"),
+            (0 <= self.n_action_steps and (not self.horizon or self.n_action_steps <= self.horizon),
+             "n_action_steps must be in 0..horizon (0 = the checkpoint's value, else the whole chunk)"),
+            (self.replan in REPLAN, f"replan must be one of {list(REPLAN)}"),
+            (self.time_alignment in TIME_ALIGNMENTS, f"time_alignment must be one of {list(TIME_ALIGNMENTS)}"),
+            (0 <= self.rtc_beta < float("inf"), "rtc_beta must be finite and >= 0"),
+            (0 <= self.rtc_prefix_attention_horizon and (not self.horizon or self.rtc_prefix_attention_horizon <= self.horizon),
+             "rtc_prefix_attention_horizon must be in 0..horizon (0 = the whole overlap)"),
+            (self.rtc_schedule in SCHEDULES, f"rtc_schedule must be one of {list(SCHEDULES)}"),
         ]
         for ok, reason in checks:
             if not ok:

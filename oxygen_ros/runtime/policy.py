@@ -36,6 +36,7 @@ from oxygen_ros.model.tokenizer import Tokenizer, TokenizerError, train_tokenize
 from oxygen_ros.model.tokenizer_hf import load_tokenizer
 from oxygen_ros.model.vla import Pi05Model
 
+from .chunking import RealTimeChunker, RtcSettings
 from .config import RuntimeConfig
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,9 @@ class PolicyRuntime:
         # between ticks, by this policy (k steps, or as many as fit before the caller's deadline).
         self.runner = make_runner(self.mode, self.engine, tokens_per_frame=k or 1)
         self._decoder = FixedTokensPolicy(k) if k else DeadlinePolicy()
+        self.chunker = RealTimeChunker(
+            RtcSettings(config.rtc, config.rtc_beta, config.rtc_prefix_attention_horizon, config.rtc_schedule)
+        )
 
     # ------------------------------------------------------------------------------------------ loading
     @classmethod
@@ -297,6 +301,13 @@ class PolicyRuntime:
         return min(self.normalizer.action_dim, self.model_config.action_dim)
 
     @property
+    def n_action_steps(self) -> int:
+        """Actions of a chunk executed before the next replaces it: the configured value, else the
+        checkpoint's, else the whole chunk (never more than the horizon)."""
+        horizon = self.model_config.action_horizon
+        return min(horizon, self.config.n_action_steps or self.checkpoint_info.n_action_steps or horizon)
+
+    @property
     def state_dim(self) -> int | None:
         """The widest state the statistics describe (a narrower state uses their leading entries)."""
         return self.normalizer.state_dim if self.normalizer else None
@@ -368,8 +379,24 @@ class PolicyRuntime:
         return min(len(self.delta_action_mask), self.action_dim)
 
     # ---------------------------------------------------------------------------------------- running
-    def step(self, frame: FrameInput) -> StepResult:
-        """The critical path of one control tick; in ``oxygen`` mode text advances in :meth:`decode`."""
+    def step(self, frame: FrameInput, step_period_s: float | None = None, latency_s: float = 0.0) -> StepResult:
+        """The critical path of one control tick; in ``oxygen`` mode text advances in :meth:`decode`.
+
+        With real-time chunking on, ``step_period_s`` (time between a chunk's actions) and ``latency_s`` (the
+        expected observation-to-execution delay, e.g. the last measured one) let the new chunk continue the
+        previous one; without a step period the chunk is sampled plainly.
+        """
+        if step_period_s:
+            frame.guide = self.chunker.guide(frame.stamp_ns, step_period_s, latency_s)
+        result = self._step(frame)
+        self.chunker.record(frame.stamp_ns, result.tick.actions)
+        return result
+
+    def forget_chunk(self) -> None:
+        """The last chunk was not executed (e.g. not published): the next one is not guided toward it."""
+        self.chunker.reset()
+
+    def _step(self, frame: FrameInput) -> StepResult:
         if isinstance(self.runner, OxygenRunner):
             tick = self.engine.tick(frame, decode_during_action=self.lanes is not None)
             events = tick.events

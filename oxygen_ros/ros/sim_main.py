@@ -1,0 +1,60 @@
+"""`oxygen_sim_node`: start the simulated robot.
+
+    oxygen_sim_node --params-file config/demo_sim.yaml
+    oxygen_sim_node --ros-args -p episodes:=5 -p seed:=100 -r __ns:=/arm
+
+Exit codes: 0 after the last episode (with exit_when_done) or SIGINT/SIGTERM, 1 for invalid parameters,
+2 for a bad command line.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from typing import Sequence
+
+from .main import ros_arguments
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _run(ros_arguments(sys.argv if argv is None else argv))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+def _run(args: list[str]) -> int:
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
+
+    from .sim_node import OxygenSimNode
+
+    try:
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+        node = OxygenSimNode()
+    except Exception as exc:  # ConfigError for bad parameters, or a params file that does not parse
+        print(f"oxygen_sim_node: error: {exc}", file=sys.stderr, flush=True)
+        rclpy.try_shutdown()
+        return 1
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    try:
+        while not stop.is_set() and rclpy.ok():
+            executor.spin_once(timeout_sec=0.05)
+            if node.done.is_set() and node.v["exit_when_done"]:
+                break
+    finally:
+        node.flush()
+        executor.shutdown(timeout_sec=5.0)
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""`OxygenSimNode`: the simulated robot on ROS topics, a thin rclpy shell around `oxygen_ros.sim`.
+
+It publishes both camera images (`sensor_msgs/Image`, rgb8, sensor-data QoS), `sensor_msgs/JointState`
+and the episode's instruction (latched `std_msgs/String`); it executes `trajectory_msgs/JointTrajectory`
+with ros2_control joint_trajectory_controller semantics (`oxygen_ros.sim.follower`); it runs the episodes
+one after another (`oxygen_ros.sim.runner`) and reports each start and outcome as JSON on ``~/episode``,
+and the true subtask and scene note whenever they change on ``~/labels`` (to judge the policy's text).
+All times are the node clock's. Topic names are relative, so a namespace moves the whole robot.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+from rclpy.duration import Duration
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import String
+from trajectory_msgs.msg import JointTrajectory
+
+from oxygen_ros.sim.episode import EpisodeSpec
+from oxygen_ros.sim.evaluate import eval_specs
+from oxygen_ros.sim.render import render
+from oxygen_ros.sim.runner import EpisodeEvent, EpisodeRunner
+from oxygen_ros.sim.scene import JOINT_NAMES
+
+from .convert import array_to_image
+from .outputs import from_trajectory_msg
+from .params import ConfigError, ParamSpec, declare_parameters
+
+__all__ = ["OxygenSimNode", "SIM_PARAMS"]
+
+RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+EPISODE_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+# fmt: off
+SIM_PARAMS = (
+    ParamSpec("episodes", "int", 3, "Episodes to run, one after another.", low=1, high=1_000_000),
+    ParamSpec("seed", "int", 0, "Scene seed of the first episode (held-out seeds: [0, 1000000)).", low=0, high=999_999),
+    ParamSpec("instructions", "str[]", [], "Instruction of each episode (cycled; '' = the one drawn from its seed)."),
+    ParamSpec("time_limit_s", "float", 12.0, "An episode fails when not solved within this time.", low=0.0,
+              high=3600.0, low_open=True),
+    ParamSpec("settle_s", "float", 1.0, "Pause at the start of each episode: trajectories are dropped, the clock waits.",
+              low=0.0, high=60.0),
+    ParamSpec("image_size", "int", 64, "Side of the square camera images in pixels.", low=8, high=1024),
+    ParamSpec("viewer_size", "int", 0, "Side of an extra, larger base view on viewer_topic (0 = none).", low=0, high=2048),
+    ParamSpec("camera_rate_hz", "float", 10.0, "Camera images per second.", low=0.0, high=100.0, low_open=True),
+    ParamSpec("physics_rate_hz", "float", 50.0, "Physics steps (and joint states) per second.", low=0.0, high=1000.0,
+              low_open=True),
+    ParamSpec("control_rate_hz", "float", 5.0, "The policy's rate: how far ahead a trajectory switch is measured.",
+              low=0.0, high=1000.0, low_open=True),
+    ParamSpec("base_camera_topic", "str", "camera/base/image_raw", "Base camera (sensor_msgs/Image)."),
+    ParamSpec("wrist_camera_topic", "str", "camera/wrist/image_raw", "Wrist camera (sensor_msgs/Image)."),
+    ParamSpec("viewer_topic", "str", "camera/viewer/image_raw", "The larger base view, when viewer_size > 0."),
+    ParamSpec("joint_state_topic", "str", "joint_states", "sensor_msgs/JointState of the arm and gripper."),
+    ParamSpec("instruction_topic", "str", "instruction", "std_msgs/String, latched: each episode's instruction."),
+    ParamSpec("trajectory_topic", "str", "joint_trajectory_controller/joint_trajectory",
+              "trajectory_msgs/JointTrajectory commands (joint trajectory controller semantics)."),
+    ParamSpec("wait_for_commander_s", "float", 0.0, "Start the first episode only once a node publishes on "
+              "trajectory_topic, waiting at most this long (0 = start at once).", low=0.0, high=3600.0),
+    ParamSpec("wait_for_listener", "bool", False, "With wait_for_commander_s: also wait until someone subscribes "
+              "to ~/episode (a recorder that must not miss the first episode)."),
+    ParamSpec("exit_when_done", "bool", True, "Stop the node after the last episode."),
+)
+# fmt: on
+
+
+class OxygenSimNode(Node):
+    """Raises `ConfigError` for bad parameters."""
+
+    def __init__(self, node_name: str = "oxygen_sim_node", **kwargs: Any) -> None:
+        super().__init__(node_name, **kwargs)
+        v = declare_parameters(self, SIM_PARAMS)
+        problems = [r for spec in SIM_PARAMS if (r := spec.validate(v[spec.name]))]
+        if problems:
+            raise ConfigError("bad parameter: " + "; ".join(problems))
+        self.v = v
+        try:
+            specs = eval_specs(v["seed"], v["episodes"])
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        instructions = v["instructions"]
+        if instructions:
+            specs = [EpisodeSpec.with_instruction(s.seed, instructions[i % len(instructions)]) if instructions[i % len(instructions)]
+                     else s for i, s in enumerate(specs)]  # fmt: skip
+        self.runner = EpisodeRunner(specs, 1.0 / v["control_rate_hz"], v["time_limit_s"], v["settle_s"])
+        self.done = threading.Event()
+        self._created_s = self._now_s()
+        self._commander_seen = False
+        self._held: EpisodeEvent | None = None  # the first episode's start while it waits for a commander
+        self._lock = threading.Lock()  # the runner is used by the timers and the trajectory callback
+
+        self._base_pub = self.create_publisher(Image, v["base_camera_topic"], qos_profile_sensor_data)
+        self._wrist_pub = self.create_publisher(Image, v["wrist_camera_topic"], qos_profile_sensor_data)
+        self._viewer_pub = self.create_publisher(Image, v["viewer_topic"], RELIABLE) if v["viewer_size"] else None
+        self._joint_pub = self.create_publisher(JointState, v["joint_state_topic"], qos_profile_sensor_data)
+        self._instruction_pub = self.create_publisher(String, v["instruction_topic"], LATCHED)
+        self._episode_pub = self.create_publisher(String, "~/episode", EPISODE_QOS)
+        self._labels_pub = self.create_publisher(String, "~/labels", EPISODE_QOS)
+        self._labels: tuple[str | None, str | None] | None = None
+        self.create_subscription(JointTrajectory, v["trajectory_topic"], self._on_trajectory, RELIABLE)
+        self.create_timer(1.0 / v["physics_rate_hz"], self._on_physics)
+        self.create_timer(1.0 / v["camera_rate_hz"], self._on_camera)
+        self.get_logger().info(
+            f"ready: {len(specs)} episodes from seed {v['seed']}, {v['image_size']} px cameras at {v['camera_rate_hz']:g} Hz, "
+            f"joints {list(JOINT_NAMES)}"
+        )
+
+    def _now_s(self) -> float:
+        return self.get_clock().now().nanoseconds / 1e9
+
+    # ---------------------------------------------------------------------------------- episodes
+    def _waiting_for_commander(self, now_s: float) -> bool:
+        if self._commander_seen or now_s - self._created_s >= self.v["wait_for_commander_s"]:
+            return False
+        listener = not self.v["wait_for_listener"] or self._episode_pub.get_subscription_count() > 0
+        self._commander_seen = listener and self.count_publishers(self.v["trajectory_topic"]) > 0
+        return not self._commander_seen
+
+    def _on_physics(self) -> None:
+        now = self._now_s()
+        waiting = self._waiting_for_commander(now)
+        with self._lock:
+            events = self.runner.update(now)
+            if waiting:  # the first scene is shown; its clock waits for whoever sends trajectories
+                self._held = self.runner.hold(now) or self._held
+            elif self._held is not None:  # ... who is here now: the start again, with its real clock start
+                events, self._held = [*events, self._held], None
+            episode = self.runner.episode
+            state = episode.state.tolist() if episode is not None else None
+            labels = (episode.subtask, episode.memory) if episode is not None else (None, None)
+            index = self.runner.index
+        for event in events:
+            self._report(event)
+        if labels != self._labels:  # the true subtask and scene note, for judging the policy's text
+            self._labels = labels
+            data = {"stamp_ns": self.get_clock().now().nanoseconds, "episode": index, "subtask": labels[0], "memory": labels[1]}
+            self._labels_pub.publish(String(data=json.dumps(data)))
+        if state is not None:
+            msg = JointState()
+            msg.header.stamp = self.get_clock().now().to_msg()
+            msg.name = list(JOINT_NAMES)
+            msg.position = [float(x) for x in state]
+            self._joint_pub.publish(msg)
+        if self.runner.finished and not self.done.is_set():
+            self.get_logger().info(f"all {len(self.runner.outcomes)} episodes done: "
+                                   f"{sum(o.success for o in self.runner.outcomes)} succeeded")  # fmt: skip
+            self.done.set()
+
+    def _report(self, event: EpisodeEvent) -> None:
+        if event.kind == "start":
+            self._instruction_pub.publish(String(data=event.spec.instruction))
+            self.get_logger().info(f"episode {event.index + 1}: {event.spec.instruction!r} (seed {event.spec.seed})")
+        else:
+            outcome = f"success in {event.time_to_success_s:.1f} s" if event.success else "failed (time limit)"
+            self.get_logger().info(f"episode {event.index + 1}: {outcome}")
+        report = {**event.as_dict(), "stamp_ns": self.get_clock().now().nanoseconds}
+        self._episode_pub.publish(String(data=json.dumps(report)))
+
+    def _on_camera(self) -> None:
+        with self._lock:
+            episode = self.runner.episode
+            if episode is None:
+                return
+            size, viewer = self.v["image_size"], self.v["viewer_size"]
+            base, wrist = render(episode.scene, "base", size), render(episode.scene, "wrist", size)
+            big = render(episode.scene, "base", viewer) if viewer else None
+        stamp = self.get_clock().now().nanoseconds
+        self._base_pub.publish(array_to_image(base, stamp=stamp, frame_id="base_camera"))
+        self._wrist_pub.publish(array_to_image(wrist, stamp=stamp, frame_id="wrist_camera"))
+        if big is not None and self._viewer_pub is not None:
+            self._viewer_pub.publish(array_to_image(big, stamp=stamp, frame_id="base_camera"))
+
+    def flush(self, timeout_s: float = 3.0) -> None:
+        """Wait (bounded) until the episode reports are acknowledged, before the node goes away."""
+        self._episode_pub.wait_for_all_acked(Duration(seconds=timeout_s))
+
+    def _on_trajectory(self, msg: JointTrajectory) -> None:
+        try:
+            trajectory = from_trajectory_msg(msg)
+        except ValueError as exc:
+            self.get_logger().warning(f"trajectory refused: {exc}", throttle_duration_sec=2.0)
+            return
+        with self._lock:
+            episode = self.runner.episode
+            before = len(episode.rejected) if episode else 0
+            self.runner.receive(trajectory, self._now_s())
+            rejected = episode.rejected[before:] if episode else []
+        if rejected:
+            self.get_logger().warning(f"trajectory rejected: {rejected[0]}", throttle_duration_sec=2.0)

@@ -1,0 +1,223 @@
+"""`oxygen-sim`: closed-loop evaluation of a policy in the simulator, without DDS.
+
+    oxygen-sim eval --episodes 20 --seed 0                       # config/demo_policy.yaml: the trained demo policy
+    oxygen-sim eval --episodes 20 --seed 0 --engine-mode sequential
+    oxygen-sim eval --params-file my.yaml --latency 0.1 --time-alignment none --json-out episodes.json
+    oxygen-sim chunking --episodes 20 --out docs/rtc                 # naive / aligned / aligned+RTC at 0-300 ms
+    oxygen-sim expert --episodes 50 --seed 0                     # the scripted expert's own success rate
+
+The last line printed is one JSON object (success_rate, mean_time_to_success_s, narration_accuracy,
+memory_accuracy, chunks, episodes, ...). Held-out evaluation seeds are in [0, 1_000_000); training uses
+the seeds above.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from oxygen_ros.runtime import RuntimeConfig, RuntimeLoadError
+from oxygen_ros.runtime.params_file import ParamsFileError, read_params_file
+from oxygen_ros.runtime.trajectory import JointLimits
+
+from .dataset import expert_episode
+from .episode import EpisodeSpec
+from .evaluate import EvalSettings, deterministic_config, eval_specs, evaluate, summarize
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_PARAMS = ROOT / "config" / "demo_policy.yaml"
+
+
+def _resolve(path: str, params_file: Path) -> str:
+    """A relative model path as the node would read it from the working directory, else from the repository."""
+    if not path or Path(path).expanduser().is_absolute() or Path(path).exists():
+        return path
+    for base in (params_file.parent.parent, ROOT):
+        if (base / path).exists():
+            return str(base / path)
+    return path
+
+
+def load_params(params_file: Path) -> tuple[RuntimeConfig, EvalSettings]:
+    """The runtime configuration and the robot wiring (joints, limits, timing) of a node parameters file."""
+    values, _ = read_params_file(params_file, node="oxygen_node")
+    for key in ("checkpoint", "tokenizer", "norm_stats"):
+        if key in values:
+            values[key] = _resolve(str(values[key]), params_file)
+    config = RuntimeConfig.from_dict(values, ignore_unknown=True)
+    settings = EvalSettings()
+    if values.get("joint_names"):
+        lower, upper = values.get("joint_limits_lower") or [], values.get("joint_limits_upper") or []
+        settings = dataclasses.replace(settings, joint_names=tuple(values["joint_names"]),
+                                       limits=JointLimits(tuple(lower), tuple(upper)))  # fmt: skip
+    if values.get("control_rate_hz"):
+        settings = dataclasses.replace(settings, control_period_s=1.0 / float(values["control_rate_hz"]))
+    if values.get("action_step_period_s"):
+        settings = dataclasses.replace(settings, step_period_s=float(values["action_step_period_s"]))
+    return config, settings
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from oxygen_ros.runtime import PolicyRuntime
+
+    try:
+        config, settings = load_params(args.params_file)
+    except (ParamsFileError, ValueError, TypeError) as exc:
+        print(f"oxygen-sim: {exc}", file=sys.stderr)
+        return 2
+    config = deterministic_config(config, args.tokens_per_frame, args.engine_mode)
+    if args.num_threads is not None:
+        config.num_threads = args.num_threads
+    if args.rtc is not None:
+        config.rtc = args.rtc
+    settings = dataclasses.replace(
+        settings, latency_s=args.latency, time_alignment=args.time_alignment or "",
+        blank_cameras=args.blank_cameras, time_limit_s=args.time_limit,
+    )  # fmt: skip
+    try:
+        specs = eval_specs(args.seed, args.episodes)
+    except ValueError as exc:
+        print(f"oxygen-sim: {exc}", file=sys.stderr)
+        return 2
+    if args.instruction is not None:
+        specs = [EpisodeSpec.with_instruction(s.seed, args.instruction) for s in specs]
+    try:
+        runtime = PolicyRuntime.load(config)
+    except RuntimeLoadError as exc:
+        print(f"oxygen-sim: {exc}", file=sys.stderr)
+        return 1
+    results = []
+    bar = tqdm(evaluate(runtime, specs, settings), total=len(specs), desc=f"eval {config.engine_mode}",
+               disable=args.quiet, dynamic_ncols=True, file=sys.stderr)  # fmt: skip
+    for result in bar:
+        results.append(result)
+        bar.set_postfix(success=f"{sum(r.success for r in results)}/{len(results)}")
+    summary = summarize(results, runtime, settings)
+    summary["seed"] = args.seed
+    if args.json_out:
+        episodes = [{
+            "seed": r.spec.seed, "instruction": r.spec.instruction, "success": r.success,
+            "time_to_success_s": r.time_to_success_s, "chunks": r.chunks, "jerk_rms": r.jerk_rms,
+            "switch_jumps": r.switch_jumps, "texts": [vars(t) for t in r.texts],
+        } for r in results]  # fmt: skip
+        Path(args.json_out).write_text(json.dumps({"summary": summary, "episodes": episodes}, indent=1))
+    print(json.dumps(summary))
+    return 0
+
+
+def _expert(args: argparse.Namespace) -> int:
+    specs = eval_specs(args.seed, args.episodes)
+    times = [expert_episode(spec).success_time_s for spec in tqdm(specs, desc="expert", disable=args.quiet, file=sys.stderr)]
+    ok = [t for t in times if t is not None]
+    print(json.dumps({"success_rate": len(ok) / len(times), "mean_time_to_success_s": sum(ok) / len(ok) if ok else None,
+                      "episodes": len(times)}))
+    return 0
+
+
+def _chunking(args: argparse.Namespace) -> int:
+    from .chunking_study import VARIANTS, combine, run_study, write_outputs
+
+    if args.combine:
+        try:
+            rows, meta = combine(args.combine)
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"oxygen-sim: {exc}", file=sys.stderr)
+            return 2
+        write_outputs(rows, args.out, meta)
+        print(json.dumps({"out": str(args.out), "rows": rows}))
+        return 0
+    try:
+        config, settings = load_params(args.params_file)
+    except (ParamsFileError, ValueError, TypeError) as exc:
+        print(f"oxygen-sim: {exc}", file=sys.stderr)
+        return 2
+    config = deterministic_config(config, engine_mode=args.engine_mode)
+    if args.num_threads is not None:
+        config.num_threads = args.num_threads
+    settings = dataclasses.replace(settings, time_limit_s=args.time_limit)
+    try:
+        specs = eval_specs(args.seed, args.episodes)
+    except ValueError as exc:
+        print(f"oxygen-sim: {exc}", file=sys.stderr)
+        return 2
+    variants = [v for v in VARIANTS if not args.variants or v.name in args.variants]
+    say = (lambda _: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    try:
+        rows = run_study(config, settings, specs, args.latencies, variants, progress=say)
+    except RuntimeLoadError as exc:
+        print(f"oxygen-sim: {exc}", file=sys.stderr)
+        return 1
+    meta = {"episodes": args.episodes, "seed": args.seed, "model": config.checkpoint or f"preset {config.model_preset}",
+            "params_file": str(args.params_file), "time_limit_s": args.time_limit,
+            "control_period_s": settings.control_period_s, "step_period_s": settings.action_period_s,
+            "engine_mode": config.engine_mode, "rtc_beta": config.rtc_beta, "rtc_schedule": config.rtc_schedule,
+            "rtc_prefix_attention_horizon": config.rtc_prefix_attention_horizon, "n_action_steps": config.n_action_steps,
+            "replan": config.replan}  # fmt: skip
+    write_outputs(rows, args.out, meta)
+    print(json.dumps({"out": str(args.out), "rows": rows}))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="oxygen-sim", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    ev = sub.add_parser("eval", help="closed-loop evaluation of the policy (simulated time, no DDS)")
+    ev.add_argument("--episodes", type=int, default=20)
+    ev.add_argument("--seed", type=int, default=0, help="first held-out episode seed (episodes use seed .. seed+N-1)")
+    ev.add_argument("--engine-mode", choices=["oxygen", "sequential", "shared", "parallel", "action_only"])
+    ev.add_argument("--params-file", type=Path, default=DEFAULT_PARAMS, help="the node's parameters YAML")
+    ev.add_argument("--tokens-per-frame", type=int, help=f"decode steps per tick (default: the file's, or 4 if it says 0)")
+    ev.add_argument("--latency", type=float, default=0.0, help="observation→trajectory latency in seconds")
+    ev.add_argument("--time-alignment", choices=["stamp", "drop", "none"],
+                    help="how chunks are timed (default: the file's time_alignment, else stamp)")
+    ev.add_argument("--rtc", action=argparse.BooleanOptionalAction, help="real-time chunking (default: the file's rtc)")
+    ev.add_argument("--blank-cameras", action="store_true", help="black camera images (does the policy use vision?)")
+    ev.add_argument("--time-limit", type=float, default=12.0, help="seconds per episode")
+    ev.add_argument("--instruction", help="use this instruction in every episode (any text)")
+    ev.add_argument("--num-threads", type=int, help="torch CPU threads")
+    ev.add_argument("--json-out", help="write the summary and every episode's details here")
+    ev.add_argument("--quiet", action="store_true")
+    ch = sub.add_parser("chunking", help="naive vs time-aligned vs time-aligned + RTC at several latencies")
+    ch.add_argument("--episodes", type=int, default=20)
+    ch.add_argument("--seed", type=int, default=0)
+    ch.add_argument("--params-file", type=Path, default=DEFAULT_PARAMS, help="the node's parameters YAML")
+    ch.add_argument("--latencies", type=float, nargs="+", default=[0.0, 0.1, 0.2, 0.3], help="seconds")
+    ch.add_argument("--variants", nargs="+", choices=["naive", "aligned", "aligned+rtc"],
+                    help="default: all three")
+    ch.add_argument("--time-limit", type=float, default=12.0, help="seconds per episode")
+    ch.add_argument("--engine-mode", choices=["oxygen", "sequential", "shared", "parallel", "action_only"],
+                    help="default: the file's (action_only gives the same actions without the text work)")
+    ch.add_argument("--num-threads", type=int, help="torch CPU threads")
+    ch.add_argument("--out", type=Path, default=ROOT / "docs" / "rtc", help="results.json, table.md, chunking.png")
+    ch.add_argument("--combine", type=Path, nargs="+", metavar="FOLDER",
+                    help="no new runs: one table and plot from earlier --out folders (e.g. one variant per process)")
+    ch.add_argument("--quiet", action="store_true")
+    ex = sub.add_parser("expert", help="the scripted expert's success rate on held-out seeds")
+    ex.add_argument("--episodes", type=int, default=50)
+    ex.add_argument("--seed", type=int, default=0)
+    ex.add_argument("--quiet", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    if args.command in ("eval", "chunking") and args.episodes < 1:
+        print("oxygen-sim: --episodes must be >= 1", file=sys.stderr)
+        return 2
+    if args.command == "eval":
+        return _eval(args)
+    if args.command == "chunking":
+        return _chunking(args)
+    return _expert(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

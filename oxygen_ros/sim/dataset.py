@@ -1,0 +1,110 @@
+"""Expert demonstrations for behaviour cloning: the interface between the simulator and the trainer.
+
+`expert_samples` yields one `DemoSample` per control tick of simulated episodes, forever, deterministic for
+its seed. Episodes are seeded from TRAIN_SEED_BASE upwards (held-out evaluation seeds are below it). The
+robot executes the expert's chunks with injected noise (a random offset that grows over each chunk, and now
+and then a chunk that never arrives), while every sample is labelled with the expert's correction from the
+state the robot is really in (DAgger-style), so a cloned policy learns to recover from its own errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from oxygen_ros.runtime.trajectory import trajectory_points
+
+from .episode import EpisodeSpec, SimEpisode
+from .expert import all_texts, expert_chunk
+from .render import CAMERA_NAMES
+from .scene import ARM_JOINTS, JOINT_LOWER, JOINT_NAMES, JOINT_UPPER, STATE_DIM
+
+__all__ = [
+    "CAMERA_NAMES", "CONTROL_PERIOD_S", "DemoSample", "EVAL_SEED_LIMIT", "HORIZON", "JOINT_NAMES", "STATE_DIM",
+    "TASK_NAMES", "TRAIN_SEED_BASE", "expert_samples", "vocabulary",
+]  # fmt: skip
+
+CONTROL_PERIOD_S = 0.2  # the demo's control rate: 5 Hz
+HORIZON = 10
+TRAIN_SEED_BASE = 1_000_000  # training episodes use seeds >= this ...
+EVAL_SEED_LIMIT = TRAIN_SEED_BASE  # ... held-out evaluation seeds are in [0, EVAL_SEED_LIMIT)
+TASK_NAMES = ("language", "memory")  # the text tasks (config/demo.yaml) and the keys of DemoSample.texts
+EXTRA_TICKS_AFTER_SUCCESS = 2  # keep demonstrating the lift a little past the success instant
+
+CLEAN_SHARE = 0.3  # episodes executed without noise
+NOISE_RAD = (0.01, 0.06)  # range of the per-episode arm noise scale (rad, on the executed chunk)
+NOISY_TICK_P = 0.5  # share of a noisy episode's ticks whose executed chunk is offset
+GRIPPER_NOISE_M = 0.02
+DROP_CHUNK_P = 0.08  # a chunk that never reaches the robot (the previous one keeps running)
+
+
+@dataclass(frozen=True)
+class DemoSample:
+    images: tuple[np.ndarray, ...]  # one HxWx3 uint8 per camera slot used by the policy (base, wrist)
+    state: np.ndarray  # [STATE_DIM] float32: arm joint positions + gripper opening
+    actions: np.ndarray  # [horizon, STATE_DIM] float32: absolute joint targets at t + (i + 1)·dt
+    instruction: str  # e.g. "pick up the red cup"
+    texts: dict[str, str]  # {"language": current subtask, "memory": scene note}
+
+
+def vocabulary() -> list[str]:
+    """Every instruction and text the data can contain (train the tokenizer on these)."""
+    return sorted({t for texts in all_texts().values() for t in texts})
+
+
+def training_seeds(seed: int) -> Iterator[int]:
+    """Episode seeds for a training run: >= TRAIN_SEED_BASE, deterministic for ``seed``."""
+    rng = np.random.default_rng([seed, 1_000_003])
+    while True:
+        yield TRAIN_SEED_BASE + int(rng.integers(0, 10**12))
+
+
+def expert_samples(seed: int, horizon: int = HORIZON, control_period_s: float = CONTROL_PERIOD_S,
+                   image_size: int = 64) -> Iterator[DemoSample]:
+    """Demonstration samples forever, deterministic for ``seed`` (see the module docstring)."""
+    for episode_seed in training_seeds(seed):
+        yield from episode_samples(episode_seed, horizon, control_period_s, image_size)
+
+
+def expert_episode(spec: EpisodeSpec, horizon: int = HORIZON, control_period_s: float = CONTROL_PERIOD_S) -> SimEpisode:
+    """The clean expert in closed loop (chunks through the follower each tick) until success or time out."""
+    episode = SimEpisode(spec, control_period_s)
+    while not episode.done:
+        actions = expert_chunk(episode.scene, episode.target, horizon, control_period_s)
+        episode.deliver(trajectory_points(actions, JOINT_NAMES, control_period_s)[0])
+        episode.advance(episode.time_s + control_period_s)
+    return episode
+
+
+def episode_samples(episode_seed: int, horizon: int, control_period_s: float, image_size: int,
+                    noisy: bool | None = None) -> Iterator[DemoSample]:
+    """The samples of one episode (noise on unless ``noisy`` says otherwise or the seed draws a clean one)."""
+    spec = EpisodeSpec.from_seed(episode_seed)
+    episode = SimEpisode(spec, control_period_s, stop_on_success=False)
+    rng = np.random.default_rng([episode_seed, 11])
+    clean = rng.random() < CLEAN_SHARE if noisy is None else not noisy
+    scale = 0.0 if clean else rng.uniform(*NOISE_RAD)
+    extra = EXTRA_TICKS_AFTER_SUCCESS
+    while extra >= 0 and episode.time_s < episode.time_limit_s - 1e-9:
+        actions = expert_chunk(episode.scene, episode.target, horizon, control_period_s)
+        yield DemoSample(
+            images=episode.images(image_size),
+            state=episode.state,
+            actions=actions,
+            instruction=spec.instruction,
+            texts={"language": episode.subtask or "", "memory": episode.memory or ""},
+        )
+        executed = actions.astype(np.float64)
+        if scale and rng.random() < NOISY_TICK_P:  # this tick the robot goes somewhere else than told
+            offset = np.zeros(STATE_DIM)
+            offset[:ARM_JOINTS] = rng.normal(0.0, scale, ARM_JOINTS)
+            offset[ARM_JOINTS] = rng.normal(0.0, GRIPPER_NOISE_M) if rng.random() < 0.2 else 0.0
+            executed = np.clip(executed + offset, JOINT_LOWER, JOINT_UPPER)
+        if not (scale and rng.random() < DROP_CHUNK_P):
+            trajectory, _ = trajectory_points(executed, JOINT_NAMES, control_period_s)
+            episode.deliver(trajectory)
+        episode.advance(episode.time_s + control_period_s)
+        if episode.success_time_s is not None:
+            extra -= 1

@@ -1,0 +1,144 @@
+"""One simulated episode in simulated time: scene + trajectory follower + the task's success test.
+
+Whatever drives the robot (the scripted expert, the policy in `evaluate.py`, the ROS node) hands timed
+trajectories to `deliver` (to be received at a given simulated instant) and calls `advance`; the physics
+runs in SUBSTEP_S steps: the follower moves the joints, the scene runs the grasp physics, success is
+checked. No ROS here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from oxygen_ros.runtime.trajectory import TimedTrajectory
+
+from .expert import SUBSTEP_S, instruction_for, memory_text, object_names, subtask_text
+from .follower import TrajectoryFollower, TrajectoryRejected
+from .render import render_views
+from .scene import JOINT_LOWER, JOINT_NAMES, JOINT_UPPER, MAX_VELOCITY, Scene
+
+DEFAULT_TIME_LIMIT_S = 12.0
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """What an episode is: the scene's seed and the instruction (naming an object, present or not)."""
+
+    seed: int
+    instruction: str
+    target_name: str | None  # the object the instruction names; None when it names none we know
+
+    @classmethod
+    def from_seed(cls, seed: int) -> "EpisodeSpec":
+        """A scene from ``seed`` and an instruction naming one of its objects, both drawn from the seed."""
+        scene = Scene.random(seed)
+        rng = np.random.default_rng([seed, 7])
+        target = scene.objects[int(rng.integers(len(scene.objects)))].name
+        return cls(seed, instruction_for(target, int(rng.integers(3))), target)
+
+    @classmethod
+    def with_instruction(cls, seed: int, instruction: str) -> "EpisodeSpec":
+        """The scene of ``seed`` with any instruction text; its target is the first object name it contains
+        (which may be absent from the scene: the episode then cannot succeed)."""
+        lowered = " ".join(instruction.lower().split())
+        found = [(lowered.find(n), n) for n in object_names() if n in lowered]
+        return cls(seed, instruction, min(found)[1] if found else None)
+
+
+@dataclass
+class SwitchRecord:
+    """A trajectory taking over: when, and how far the new setpoint is from the old one a period later."""
+
+    time_s: float
+    jump: float  # max |new - old| over the arm joints (rad) at time_s + period
+
+
+@dataclass
+class SimEpisode:
+    spec: EpisodeSpec
+    control_period_s: float = 0.2
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S
+    stop_on_success: bool = True
+    scene: Scene = field(init=False)
+    follower: TrajectoryFollower = field(init=False)
+    target: int | None = field(init=False)
+    time_s: float = 0.0
+    success_time_s: float | None = None
+    rejected: list[str] = field(default_factory=list)
+    switches: list[SwitchRecord] = field(default_factory=list)
+    joint_log: list[np.ndarray] = field(default_factory=list)  # measured joints after every physics step
+    _pending: list[tuple[float, int, TimedTrajectory]] = field(default_factory=list)
+    _steps: int = 0  # physics steps so far (time_s = _steps * SUBSTEP_S, no drift)
+
+    def __post_init__(self) -> None:
+        self.scene = Scene.random(self.spec.seed)
+        self.target = self.scene.find(self.spec.target_name) if self.spec.target_name else None
+        self.follower = TrajectoryFollower(JOINT_NAMES, self.scene.q, MAX_VELOCITY, JOINT_LOWER, JOINT_UPPER)
+        self.joint_log.append(self.scene.q.copy())
+
+    # ---------------------------------------------------------------------------------- observation
+    def images(self, size: int) -> tuple[np.ndarray, ...]:
+        return render_views(self.scene, size)
+
+    @property
+    def state(self) -> np.ndarray:
+        return self.scene.q.astype(np.float32)
+
+    @property
+    def subtask(self) -> str | None:
+        return subtask_text(self.scene, self.target)
+
+    @property
+    def memory(self) -> str | None:
+        return memory_text(self.scene, self.target)
+
+    @property
+    def done(self) -> bool:
+        succeeded = self.stop_on_success and self.success_time_s is not None
+        return succeeded or self.time_s >= self.time_limit_s - 1e-9
+
+    # ----------------------------------------------------------------------------------- commands
+    def deliver(self, trajectory: TimedTrajectory, at_s: float | None = None) -> None:
+        """The trajectory reaches the follower at ``at_s`` (default: now), exactly, even between physics steps."""
+        at = self.time_s if at_s is None else max(at_s, self.time_s)
+        self._pending.append((at, len(self._pending), trajectory))
+        self._pending.sort(key=lambda p: (p[0], p[1]))
+        self._receive_due(self.time_s)
+
+    def _receive_due(self, up_to_s: float) -> None:
+        while self._pending and self._pending[0][0] <= up_to_s + 1e-9:
+            at, _, trajectory = self._pending.pop(0)
+            probe = at + self.control_period_s
+            before = self.follower.setpoint(probe) if self.follower.end_time_s is not None else None
+            try:
+                self.follower.command(trajectory, at)
+            except TrajectoryRejected as exc:
+                self.rejected.append(str(exc))
+                continue
+            if before is not None:
+                jump = float(np.max(np.abs(self.follower.setpoint(probe)[:3] - before[:3])))
+                self.switches.append(SwitchRecord(at, jump))
+
+    def advance(self, until_s: float) -> None:
+        """Run the physics in SUBSTEP_S steps up to ``until_s`` (or success, or the time limit)."""
+        while self.time_s < until_s - 1e-9 and not self.done:
+            end = (self._steps + 1) * SUBSTEP_S
+            self._receive_due(end - 1e-9)  # trajectories arriving inside this step, at their own instants
+            self._steps += 1
+            self.time_s = end
+            self.scene.apply(self.follower.update(end))
+            self.joint_log.append(self.scene.q.copy())
+            if self.success_time_s is None and self.target is not None and self.scene.lifted(self.target):
+                self.success_time_s = self.time_s
+        self._receive_due(self.time_s)
+
+    # -------------------------------------------------------------------------------------- metrics
+    def jerk_rms(self) -> float:
+        """RMS jerk of the measured arm joints (rad/s^3) over the episode, from the physics steps."""
+        q = np.asarray(self.joint_log)[:, :3]
+        if len(q) < 4:
+            return 0.0
+        jerk = np.diff(q, n=3, axis=0) / SUBSTEP_S**3
+        return float(np.sqrt(np.mean(jerk**2)))

@@ -1,0 +1,232 @@
+"""Closed-loop evaluation in simulated time: the policy drives the simulated arm as `oxygen_node` would.
+
+Per control tick at simulated time t: render both cameras and read the joints → `runtime.make_frame` →
+`runtime.step` → actions → `trajectory_points` (the node's own builder) → delivered to the follower at
+t + latency → `runtime.decode` between ticks (a fixed number of batched decode steps, so a run is
+reproducible; deadline-driven decoding depends on the wall clock). Text events are matched with the
+subtask and scene-memory labels of the frame they were forked from.
+
+This is also the instrument for chunk timing: an injectable observation→action latency, trajectories
+stamped "start on receipt" (as the node publishes them) or with the observation time, and per episode the
+jump between the running and the new trajectory at every switch and the RMS jerk of the joints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from oxygen_ros.engine.types import TextEvent
+from oxygen_ros.runtime import InputError, PolicyRuntime
+from oxygen_ros.runtime.alignment import ChunkTooLate, aligned_trajectory, replan_due
+from oxygen_ros.runtime.trajectory import JointLimits
+
+from .dataset import CONTROL_PERIOD_S, EVAL_SEED_LIMIT
+from .episode import DEFAULT_TIME_LIMIT_S, EpisodeSpec, SimEpisode
+from .scene import JOINT_LOWER, JOINT_NAMES, JOINT_UPPER
+
+DEFAULT_TOKENS_PER_FRAME = 4  # decode steps per tick when the configuration says "fill the slack" (0)
+NS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    control_period_s: float = CONTROL_PERIOD_S
+    step_period_s: float = 0.0  # time between the actions of a chunk; 0 = one control period
+    latency_s: float = 0.0  # observation taken at t, its trajectory reaches the robot at t + latency
+    time_alignment: str = ""  # "stamp" | "drop" | "none" (runtime/alignment.py); "" = the runtime configuration's
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S
+    blank_cameras: bool = False  # black images instead of the rendered ones (does the policy use vision?)
+    joint_names: tuple[str, ...] = JOINT_NAMES
+    limits: JointLimits = JointLimits(tuple(JOINT_LOWER), tuple(JOINT_UPPER))
+
+    @property
+    def action_period_s(self) -> float:
+        return self.step_period_s or self.control_period_s
+
+
+@dataclass
+class TextRecord:
+    task: str
+    text: str
+    label: str | None  # what the frame's true state says (None: the instruction names no object here)
+    frame_seq: int
+
+    @property
+    def correct(self) -> bool:
+        return self.label is not None and self.text.strip().lower() == self.label.lower()
+
+
+@dataclass
+class EpisodeResult:
+    spec: EpisodeSpec
+    success: bool
+    time_to_success_s: float | None
+    duration_s: float
+    chunks: int
+    skipped_ticks: int  # observations the runtime refused (InputError): no chunk, as in the node
+    texts: list[TextRecord] = field(default_factory=list)
+    actions: list[np.ndarray] = field(default_factory=list)  # every chunk, in robot units
+    switch_jumps: list[float] = field(default_factory=list)  # rad, one per trajectory switch
+    jerk_rms: float = 0.0
+    rejected: list[str] = field(default_factory=list)
+
+    def accuracy(self, task: str) -> tuple[int, int]:
+        """(correct, counted) finished outputs of ``task`` whose frame had a label."""
+        rows = [t for t in self.texts if t.task == task and t.label is not None]
+        return sum(t.correct for t in rows), len(rows)
+
+
+def eval_specs(seed: int, episodes: int) -> list[EpisodeSpec]:
+    """Held-out episodes: seeds seed .. seed + episodes - 1, all below the training range."""
+    if seed < 0 or seed + episodes > EVAL_SEED_LIMIT:
+        raise ValueError(f"evaluation seeds must lie in [0, {EVAL_SEED_LIMIT}) (training uses the seeds above)")
+    return [EpisodeSpec.from_seed(s) for s in range(seed, seed + episodes)]
+
+
+class _TextCollector:
+    """Joins each request's deltas; on its final delta, records the text against its frame's label."""
+
+    def __init__(self, labels: dict[int, dict[str, str | None]]) -> None:
+        self.labels = labels
+        self.parts: dict[int, list[str]] = {}
+        self.records: list[TextRecord] = []
+
+    def add(self, events: list[TextEvent]) -> None:
+        for ev in events:
+            self.parts.setdefault(ev.request_id, []).append(ev.text)
+            if ev.final:
+                text = "".join(self.parts.pop(ev.request_id))
+                if ev.finish_reason != "cancelled":
+                    label = self.labels.get(ev.frame_seq, {}).get(ev.task)
+                    self.records.append(TextRecord(ev.task, text, label, ev.frame_seq))
+
+
+def _cancel_text(runtime: PolicyRuntime) -> None:
+    """End every live text request (of every worker) so nothing carries over into the next episode."""
+    runtime.engine.cancel_all()
+    text_engine = getattr(runtime.runner, "text_engine", None)
+    if text_engine is not None:
+        text_engine.cancel_all()
+
+
+def run_episode(
+    runtime: PolicyRuntime,
+    spec: EpisodeSpec,
+    settings: EvalSettings = EvalSettings(),
+    on_tick: Callable[[SimEpisode, Any], None] | None = None,
+) -> EpisodeResult:
+    """One episode in simulated time; deterministic for the spec (the action noise is seeded by it)."""
+    if runtime.config.engine_mode == "oxygen" and runtime.config.tokens_per_frame < 1:
+        raise ValueError("closed-loop evaluation needs tokens_per_frame >= 1 (deadline-driven decoding is not reproducible)")
+    runtime.engine.generator.manual_seed(spec.seed)
+    runtime.engine.restart_schedule()  # every episode starts its text tasks on the same ticks
+    runtime.forget_chunk()  # the first chunk of an episode continues nothing
+    episode = SimEpisode(spec, settings.control_period_s, settings.time_limit_s)
+    labels: dict[int, dict[str, str | None]] = {}
+    text = _TextCollector(labels)
+    result = EpisodeResult(spec, False, None, 0.0, 0, 0)
+    size = runtime.image_size
+    tick = 0
+    last_chunk_s: float | None = None
+    while True:
+        t = tick * settings.control_period_s
+        episode.advance(t)
+        if episode.done:
+            break
+        if not replan_due(t, last_chunk_s, runtime.config.replan, runtime.n_action_steps, settings.action_period_s,
+                          slack_s=settings.control_period_s / 2):  # fmt: skip
+            tick += 1
+            continue
+        images = episode.images(size)
+        if settings.blank_cameras:
+            images = tuple(np.zeros_like(im) for im in images)
+        seq = runtime.stats().ticks
+        labels[seq] = {"language": episode.subtask, "memory": episode.memory}
+        stamp_ns = int(round(t * NS))
+        try:
+            frame = runtime.make_frame(images, episode.state, spec.instruction, stamp_ns, frame_seq=seq)
+        except InputError:
+            result.skipped_ticks += 1
+            tick += 1
+            continue
+        step = runtime.step(frame, settings.action_period_s, settings.latency_s)
+        last_chunk_s = t
+        text.add(step.events)
+        try:
+            trajectory, _ = aligned_trajectory(
+                step.actions, settings.joint_names, settings.action_period_s, settings.limits, stamp_ns,
+                settings.latency_s, runtime.n_action_steps, settings.time_alignment or runtime.config.time_alignment,
+            )  # fmt: skip
+            episode.deliver(trajectory, at_s=t + settings.latency_s)
+        except ChunkTooLate as exc:  # as the node: nothing sent, the next chunk does not continue this one
+            result.rejected.append(str(exc))
+            runtime.forget_chunk()
+        result.chunks += 1
+        result.actions.append(step.actions.copy())
+        text.add(runtime.decode())
+        if on_tick is not None:
+            on_tick(episode, step)
+        tick += 1
+    _cancel_text(runtime)
+    result.success = episode.success_time_s is not None
+    result.time_to_success_s = episode.success_time_s
+    result.duration_s = episode.time_s
+    result.texts = text.records
+    result.switch_jumps = [s.jump for s in episode.switches]
+    result.jerk_rms = episode.jerk_rms()
+    result.rejected = episode.rejected
+    return result
+
+
+def evaluate(
+    runtime: PolicyRuntime, specs: list[EpisodeSpec], settings: EvalSettings = EvalSettings()
+) -> Iterator[EpisodeResult]:
+    """Episode results one by one (for a progress bar); `summarize` turns them into the report."""
+    with torch.inference_mode():
+        for spec in specs:
+            yield run_episode(runtime, spec, settings)
+
+
+def _ratio(pairs: list[tuple[int, int]]) -> float | None:
+    correct, counted = (sum(p[i] for p in pairs) for i in (0, 1))
+    return correct / counted if counted else None
+
+
+def summarize(results: list[EpisodeResult], runtime: PolicyRuntime, settings: EvalSettings) -> dict[str, Any]:
+    times = [r.time_to_success_s for r in results if r.success and r.time_to_success_s is not None]
+    jumps = [j for r in results for j in r.switch_jumps]
+    return {
+        "success_rate": sum(r.success for r in results) / len(results) if results else 0.0,
+        "mean_time_to_success_s": float(np.mean(times)) if times else None,
+        "narration_accuracy": _ratio([r.accuracy("language") for r in results]),
+        "memory_accuracy": _ratio([r.accuracy("memory") for r in results]),
+        "chunks": sum(r.chunks for r in results),
+        "episodes": len(results),
+        "engine_mode": runtime.config.engine_mode,
+        "tokens_per_frame": runtime.config.tokens_per_frame,
+        "latency_s": settings.latency_s,
+        "blank_cameras": settings.blank_cameras,
+        "mean_switch_jump_rad": float(np.mean(jumps)) if jumps else None,
+        "max_switch_jump_rad": float(np.max(jumps)) if jumps else None,
+        "mean_jerk_rms": float(np.mean([r.jerk_rms for r in results])) if results else None,
+        "skipped_ticks": sum(r.skipped_ticks for r in results),
+        "text_outputs": {task: sum(r.accuracy(task)[1] for r in results) for task in ("language", "memory")},
+    }
+
+
+def deterministic_config(config: Any, tokens_per_frame: int | None = None, engine_mode: str | None = None) -> Any:
+    """The runtime configuration for a reproducible evaluation (fixed decode steps per tick)."""
+    changes: dict[str, Any] = {}
+    if engine_mode:
+        changes["engine_mode"] = engine_mode
+    if tokens_per_frame is not None:
+        changes["tokens_per_frame"] = tokens_per_frame
+    elif config.tokens_per_frame == 0:
+        changes["tokens_per_frame"] = DEFAULT_TOKENS_PER_FRAME
+    return dataclasses.replace(config, **changes)

@@ -1,0 +1,164 @@
+"""The scripted expert: solves the pick-up task from the TRUE state, and names what it is doing.
+
+A feedback law in Cartesian space (straight-line fingertip motion at a capped speed, inverse kinematics,
+joint velocity limits) with three subtasks decided from the state alone, so it corrects any state it finds
+itself in (what DAgger-style data collection needs):
+
+* "move to the X": fingers open, go above X (rising first when low and far from it);
+* "grasp the X":   once centred above X: open if needed, centre, descend into X's height band, close;
+* "lift the X":    once X is held: raise it.
+
+An action chunk is the expert's own rollout from the current state on a copy of the scene with ideal
+tracking: the joint command at t + (i + 1)·period for i < horizon. The texts: the current subtask for the
+language stream, and a scene note for the memory stream ("red cup left of the blue block").
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .scene import (
+    ARM_JOINTS, COLOURS, GRIPPER_OPEN_M, JOINT_LOWER, JOINT_UPPER, KINDS, MAX_VELOCITY, Scene, inverse_kinematics,
+)  # fmt: skip
+
+SUBTASKS = ("move to the {}", "grasp the {}", "lift the {}")
+RELATIONS = ("left of", "right of", "in front of", "behind")
+INSTRUCTION_TEMPLATES = ("pick up the {}", "grab the {}", "get me the {}")
+
+PRE_GRASP_Z = 0.13  # fingertip height when moving above the objects
+LIFT_Z = 0.17  # fingertip height the expert lifts to
+CART_SPEED = 0.22  # m/s of the fingertip
+GRASP_PHASE_M = 0.015  # horizontal distance at which "move to" becomes "grasp"
+GRASP_DEPTH_M = 0.015  # fingertips this high above the object's bottom when closing
+CENTRED_M = 0.006  # centred enough to descend
+SLOW_LIFT_M, SLOW_LIFT_SPEED = 0.02, 0.05  # the first 2 cm of a lift are slow
+SUBSTEP_S = 0.02  # the expert's (and the simulator's) physics step
+
+
+def object_names() -> list[str]:
+    return [f"{c} {k}" for c in COLOURS for k in KINDS]
+
+
+def grasp_height(scene: Scene, index: int) -> float:
+    o = scene.objects[index]
+    return float(o.position[2] + GRASP_DEPTH_M)
+
+
+def subtask_index(scene: Scene, target: int | None) -> int | None:
+    """0 move to, 1 grasp, 2 lift; None without a target (the named object is not in the scene)."""
+    if target is None:
+        return None
+    if scene.held == target:
+        return 2
+    return 1 if _xy_distance(scene.tip, scene.objects[target].position) < GRASP_PHASE_M else 0
+
+
+def _xy_distance(a: np.ndarray, b: np.ndarray) -> float:
+    return math.hypot(a[0] - b[0], a[1] - b[1])
+
+
+def subtask_text(scene: Scene, target: int | None) -> str | None:
+    i = subtask_index(scene, target)
+    return None if i is None else SUBTASKS[i].format(scene.objects[target].name)  # type: ignore[index]
+
+
+def memory_text(scene: Scene, target: int | None) -> str | None:
+    """Where the named object is relative to its nearest neighbour, from the robot's point of view."""
+    if target is None or len(scene.objects) < 2:
+        return None
+    t = scene.objects[target]
+    others = [o for i, o in enumerate(scene.objects) if i != target]
+    other = min(others, key=lambda o: float(np.linalg.norm(o.position[:2] - t.position[:2])))
+    dx, dy = (t.position[:2] - other.position[:2]).tolist()
+    if abs(dy) >= abs(dx):
+        relation = "left of" if dy > 0 else "right of"
+    else:
+        relation = "behind" if dx > 0 else "in front of"
+    return f"{t.name} {relation} the {other.name}"
+
+
+def _goal(scene: Scene, target: int) -> tuple[np.ndarray, float]:
+    """The fingertip goal and the gripper command of the expert's current subtask."""
+    tip = scene.tip
+    phase = subtask_index(scene, target)
+    obj = scene.objects[target]
+    xy = obj.position[:2]
+    if phase == 2:
+        return np.array([tip[0], tip[1], LIFT_Z]), 0.0
+    if phase == 0:
+        far = _xy_distance(tip, xy) > 2 * GRASP_PHASE_M
+        if far and tip[2] < PRE_GRASP_Z - 0.03:  # rise before crossing the table
+            return np.array([tip[0], tip[1], PRE_GRASP_Z]), GRIPPER_OPEN_M
+        return np.array([xy[0], xy[1], PRE_GRASP_Z]), GRIPPER_OPEN_M
+    straddling = scene.straddling(target)
+    top = obj.position[2] + obj.height
+    if not straddling and scene.q[3] < GRIPPER_OPEN_M - 0.004:  # open before going down
+        return np.array([xy[0], xy[1], max(tip[2], top + 0.02)]), GRIPPER_OPEN_M
+    if not straddling and _xy_distance(tip, xy) > CENTRED_M:  # centre before going down
+        return np.array([xy[0], xy[1], max(tip[2], top + 0.01)]), GRIPPER_OPEN_M
+    low = grasp_height(scene, target)
+    close = straddling and tip[2] <= low + 0.004
+    return np.array([xy[0], xy[1], low]), 0.0 if close else GRIPPER_OPEN_M
+
+
+def expert_command(scene: Scene, target: int | None, dt: float) -> np.ndarray:
+    """The joint command for the next ``dt`` seconds: arm joints one capped Cartesian step ahead (within
+    the velocity limits), the gripper fully open or fully closed (the follower limits its speed)."""
+    q = scene.q.copy()
+    if target is None:
+        return q
+    goal, grip = _goal(scene, target)
+    tip = scene.tip
+    delta = goal - tip
+    speed = CART_SPEED
+    if subtask_index(scene, target) == 2 and tip[2] < grasp_height(scene, target) + SLOW_LIFT_M:
+        speed = SLOW_LIFT_SPEED  # let the fingers settle on the object before pulling
+    dist = float(np.linalg.norm(delta))
+    step = delta if dist <= speed * dt else delta * (speed * dt / dist)
+    arm = inverse_kinematics(tip + step)
+    if arm is None:  # at the edge of the workspace or a joint limit: back towards its middle first
+        middle = np.array([0.33 * math.cos(q[0]), 0.33 * math.sin(q[0]), PRE_GRASP_Z]) - tip
+        arm = inverse_kinematics(tip + middle * min(1.0, speed * dt / max(float(np.linalg.norm(middle)), 1e-9)))
+    command = q.copy()
+    if arm is not None:
+        limit = MAX_VELOCITY[:ARM_JOINTS] * dt
+        command[:ARM_JOINTS] = q[:ARM_JOINTS] + np.clip(arm - q[:ARM_JOINTS], -limit, limit)
+    command[3] = grip
+    return np.clip(command, JOINT_LOWER, JOINT_UPPER)
+
+
+def track(q: np.ndarray, command: np.ndarray, dt: float) -> np.ndarray:
+    """Where the joints get in ``dt`` towards ``command`` at their velocity limits (the follower's law)."""
+    limit = MAX_VELOCITY * dt
+    return q + np.clip(command - q, -limit, limit)
+
+
+def expert_chunk(scene: Scene, target: int | None, horizon: int, period_s: float) -> np.ndarray:
+    """[horizon, STATE_DIM] float32: the expert's joint commands at t + (i + 1)·period (ideal tracking)."""
+    sim = scene.copy()
+    substeps = max(1, int(round(period_s / SUBSTEP_S)))
+    dt = period_s / substeps
+    out = np.empty((horizon, len(scene.q)), dtype=np.float32)
+    for i in range(horizon):
+        for _ in range(substeps):
+            command = expert_command(sim, target, dt)
+            sim.apply(track(sim.q, command, dt))
+        out[i] = command
+    return out
+
+
+def all_texts() -> dict[str, list[str]]:
+    """Every text the expert or an instruction can produce (for training a tokenizer)."""
+    names = object_names()
+    memory = [f"{a} {r} the {b}" for a in names for b in names if a.split()[0] != b.split()[0] for r in RELATIONS]
+    return {
+        "instruction": [t.format(n) for t in INSTRUCTION_TEMPLATES for n in names],
+        "language": [s.format(n) for s in SUBTASKS for n in names],
+        "memory": memory,
+    }
+
+
+def instruction_for(name: str, template: int = 0) -> str:
+    return INSTRUCTION_TEMPLATES[template % len(INSTRUCTION_TEMPLATES)].format(name)

@@ -1,0 +1,161 @@
+"""What the demo leaves behind: an animated GIF of one episode with the streamed text as captions, and a
+PNG summary of every episode (true subtask vs narration over time, joint motion, outcome). No ROS here:
+the demo's listener collects an `EpisodeLog` per episode from the topics and hands it over.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+from .expert import SUBTASKS
+
+NS = 1_000_000_000
+
+
+@dataclass
+class TextOut:
+    task: str
+    text: str
+    source_ns: int  # the observation the request was forked from
+    final_ns: int  # when its last delta was produced
+
+
+@dataclass
+class EpisodeLog:
+    index: int
+    instruction: str
+    start_ns: int
+    end_ns: int = 0
+    success: bool = False
+    time_to_success_s: float | None = None
+    labels: list[tuple[int, str | None, str | None]] = field(default_factory=list)  # (stamp, subtask, memory)
+    texts: list[TextOut] = field(default_factory=list)
+    frames: list[tuple[int, np.ndarray]] = field(default_factory=list)  # (stamp, large base view)
+    wrist: list[tuple[int, np.ndarray]] = field(default_factory=list)  # (stamp, wrist view)
+    joints: list[tuple[int, np.ndarray]] = field(default_factory=list)  # (stamp, positions)
+
+    def label_at(self, stamp_ns: int) -> tuple[str | None, str | None]:
+        """The true (subtask, memory) at a time: the last label published at or before it."""
+        i = bisect.bisect_right([s for s, _, _ in self.labels], stamp_ns) - 1
+        return (self.labels[i][1], self.labels[i][2]) if i >= 0 else (None, None)
+
+    def judged(self, task: str) -> list[tuple[TextOut, bool]]:
+        """Each finished output of ``task`` with whether it matches the truth at its observation."""
+        column = 0 if task == "language" else 1
+        out = []
+        for t in self.texts:
+            if t.task != task:
+                continue
+            label = self.label_at(t.source_ns)[column]
+            if label is not None:
+                out.append((t, t.text.strip().lower() == label.lower()))
+        return out
+
+
+def _font(size: int) -> ImageFont.ImageFont:
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:  # Pillow without FreeType sizes
+        return ImageFont.load_default()
+
+
+def _latest(items: list[tuple[int, np.ndarray]], stamp_ns: int) -> np.ndarray | None:
+    i = bisect.bisect_right([s for s, _ in items], stamp_ns) - 1
+    return items[i][1] if i >= 0 else None
+
+
+def _said_by(log: EpisodeLog, task: str, stamp_ns: int) -> str:
+    done = [t for t in log.texts if t.task == task and t.final_ns <= stamp_ns]
+    return done[-1].text.strip() if done else "…"
+
+
+def episode_frames(log: EpisodeLog, width: int = 320) -> list[Image.Image]:
+    """One picture per recorded camera frame: base view, wrist view beside it, the streamed text below."""
+    font, small = _font(15), _font(13)
+    side = width // 2
+    out = []
+    for stamp, view in log.frames:
+        if stamp < log.start_ns - NS:  # from before the policy was there (the first scene waits for it)
+            continue
+        canvas = Image.new("RGB", (width + side, width + 84), (24, 26, 30))
+        canvas.paste(Image.fromarray(view).resize((width, width), Image.Resampling.BILINEAR), (0, 0))
+        wrist = _latest(log.wrist, stamp)
+        d = ImageDraw.Draw(canvas)
+        if wrist is not None:
+            canvas.paste(Image.fromarray(wrist).resize((side, side), Image.Resampling.NEAREST), (width, 0))
+        d.text((width + 8, side + 6), "base camera (left)", fill=(170, 170, 170), font=small)
+        d.text((width + 8, side + 24), "wrist camera (above)", fill=(170, 170, 170), font=small)
+        t = (stamp - log.start_ns) / NS
+        d.text((8, width + 4), f"task: {log.instruction}   t = {max(t, 0):4.1f} s", fill=(235, 235, 235), font=font)
+        d.text((8, width + 26), f"narration: {_said_by(log, 'language', stamp)}", fill=(120, 220, 140), font=font)
+        d.text((8, width + 48), f"memory: {_said_by(log, 'memory', stamp)}", fill=(140, 180, 250), font=small)
+        out.append(canvas)
+    if out:  # hold the outcome on the last frame
+        last = out[-1].copy()
+        d = ImageDraw.Draw(last)
+        verdict = f"SUCCESS in {log.time_to_success_s:.1f} s" if log.success else "FAILED"
+        d.rectangle([0, 0, width, 30], fill=(30, 120, 60) if log.success else (150, 40, 40))
+        d.text((8, 6), verdict, fill=(255, 255, 255), font=font)
+        out += [last] * 10
+    return out
+
+
+def write_gif(log: EpisodeLog, path: Path, fps: float = 10.0) -> Path:
+    frames = episode_frames(log)
+    if not frames:
+        raise ValueError("no camera frames were recorded for this episode")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frames[0].save(path, save_all=True, append_images=frames[1:], duration=int(1000 / fps), loop=0, optimize=True)
+    return path
+
+
+def write_summary(logs: list[EpisodeLog], path: Path) -> Path:
+    """Per episode: the true subtask as coloured spans, each narration as a dot at its observation time
+    (filled = it named the true subtask), the outcome; below, the arm's joints over time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {"move": "#8fb3de", "grasp": "#f2c36b", "lift": "#87c98f"}
+    kinds = [s.split()[0] for s in SUBTASKS]
+    fig, (ax, bx) = plt.subplots(2, 1, figsize=(10, 2.0 + 1.1 * len(logs)), gridspec_kw={"height_ratios": [len(logs) + 1, 3]})
+    for row, log in enumerate(logs):
+        y = len(logs) - row
+        spans = [(s, lab) for s, lab, _ in log.labels if s >= log.start_ns - NS]
+        for i, (s, lab) in enumerate(spans):
+            end = spans[i + 1][0] if i + 1 < len(spans) else log.end_ns
+            kind = (lab or "").split()[0] if lab else ""
+            if kind in colours and end > s:
+                ax.barh(y, (end - s) / NS, left=(s - log.start_ns) / NS, height=0.5, color=colours[kind], edgecolor="none")
+        for out, ok in log.judged("language"):
+            kind = out.text.strip().split()[0] if out.text.strip() else ""
+            x = (out.source_ns - log.start_ns) / NS
+            ax.plot(x, y + 0.35, "o", ms=4, color=colours.get(kind, "#888888"), mec="k", mew=0.5, alpha=1.0 if ok else 0.35)
+        verdict = f"success {log.time_to_success_s:.1f} s" if log.success else "failed"
+        ax.text(-0.2, y, f"{log.instruction}\n{verdict}", ha="right", va="center", fontsize=8)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colours[k]) for k in kinds]
+    ax.legend(handles, [f"true: {k}" for k in kinds], loc="upper right", fontsize=7, ncol=3)
+    ax.set_yticks([])
+    ax.set_xlabel("episode time (s); dots: narration at its observation, coloured by the subtask it names (faded = wrong)")
+    ax.set_xlim(left=-0.1)
+    for log in logs:
+        joints = [(s, p) for s, p in log.joints if s >= log.start_ns - NS]
+        if joints:
+            t = np.array([(s - log.start_ns) / NS for s, _ in joints])
+            q = np.stack([p for _, p in joints])
+            for j, name in enumerate(("yaw", "shoulder", "elbow")):
+                bx.plot(t, q[:, j], lw=1, color=f"C{j}", label=name if log is logs[0] else None)
+    bx.set_xlabel("episode time (s)")
+    bx.set_ylabel("joint (rad)")
+    bx.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,1 @@
+"""Training of the demo policy on scripted-expert data (ROS-free)."""

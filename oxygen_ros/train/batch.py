@@ -1,0 +1,100 @@
+"""One training batch laid out as a single joint sequence per sample, and its attention mask.
+
+Per sample: [image tokens][prompt (padded)][task 1 continuation + text][task 2 ...](padded) | [H action tokens].
+The prefix (images + prompt) is computed once and every consumer attends to it, as at inference:
+
+* each text task sees the prefix and its own tokens causally (never another task's), its positions start
+  right after the prefix, as a request forked from the frame's cached prefix;
+* the action tokens see the prefix and each other, positions after the prefix (as ``sample_actions``);
+* the prefix never sees text or action tokens; prompt tokens are causal for ``causal_text`` (OxyGen).
+
+Padding tokens see only themselves (so no softmax row is empty) and nobody sees them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .data import TrainingSet, pixels_from_uint8
+
+IGNORE = -100  # label of positions without a text target
+
+# Token kinds in the joint sequence.
+IMAGE, PROMPT, ACTION, PAD = 0, 1, 2, 3
+FIRST_TASK = 4  # task k has kind FIRST_TASK + k
+
+
+@dataclass
+class Batch:
+    images: Tensor  # float32 [B * V, 3, S, S] valid slots, sample-major (the order prefill uses)
+    tokens: Tensor  # long [B, T]: prompt and text token ids of the backbone stream (after the image tokens)
+    labels: Tensor  # long [B, T]: next-token targets on text positions, IGNORE elsewhere
+    kinds: Tensor  # long [B, I + T + H]: token kind of the whole joint sequence
+    positions: Tensor  # long [B, I + T + H]: RoPE positions
+    actions: Tensor  # float32 [B, H, A] normalized target chunks
+    num_image_tokens: int
+
+    @property
+    def size(self) -> int:
+        return self.actions.shape[0]
+
+
+def make_batch(data: TrainingSet, index: Tensor, tokens_per_image: int, pad_id: int) -> Batch:
+    """Collate the samples ``index`` of ``data`` into one joint sequence each."""
+    b = index.numel()
+    n_img = int(data.image_slots.sum()) * tokens_per_image
+    horizon = data.actions.shape[1]
+    prompts = [data.prompts[i] for i in index.tolist()]
+    # Each task's stream: its continuation prompt then the target text minus its last token (EOS).
+    streams = [[torch.cat((c, t[:-1])) for c, t in zip(data.continuations, data.texts[i])] for i in index.tolist()]
+    p_max = max(p.numel() for p in prompts)
+    t_max = max(sum(s.numel() for s in row) for row in streams)
+    length = p_max + t_max
+    tokens = torch.full((b, length), pad_id, dtype=torch.long)
+    labels = torch.full((b, length), IGNORE, dtype=torch.long)
+    kinds = torch.full((b, n_img + length + horizon), PAD, dtype=torch.long)
+    positions = torch.zeros(b, n_img + length + horizon, dtype=torch.long)
+    kinds[:, :n_img] = IMAGE
+    positions[:, :n_img] = torch.arange(n_img)
+    for row, (prompt, sample) in enumerate(zip(prompts, index.tolist())):
+        n_p = prompt.numel()
+        prefix_len = n_img + n_p
+        tokens[row, :n_p] = prompt
+        kinds[row, n_img : n_img + n_p] = PROMPT
+        positions[row, n_img : n_img + n_p] = torch.arange(n_img, prefix_len)
+        at = p_max
+        for k, (stream, cont, target) in enumerate(zip(streams[row], data.continuations, data.texts[sample])):
+            n = stream.numel()
+            tokens[row, at : at + n] = stream
+            # The last continuation token predicts the first text token, and so on up to EOS.
+            labels[row, at + cont.numel() - 1 : at + n] = target
+            kinds[row, n_img + at : n_img + at + n] = FIRST_TASK + k
+            positions[row, n_img + at : n_img + at + n] = torch.arange(prefix_len, prefix_len + n)
+            at += n
+        kinds[row, n_img + length :] = ACTION
+        positions[row, n_img + length :] = torch.arange(prefix_len, prefix_len + horizon)
+    images = pixels_from_uint8(data.pixels[index].flatten(0, 1))
+    return Batch(images, tokens, labels, kinds, positions, data.actions[index], n_img)
+
+
+def attention_mask(kinds: Tensor, positions: Tensor, causal_prompt: bool) -> Tensor:
+    """bool [B, L, L] (True = query may attend to key) for the layout described in the module docstring."""
+    q_kind, k_kind = kinds.unsqueeze(2), kinds.unsqueeze(1)
+    q_pos, k_pos = positions.unsqueeze(2), positions.unsqueeze(1)
+    key_prefix = (k_kind == IMAGE) | (k_kind == PROMPT)
+    q_prefix = (q_kind == IMAGE) | (q_kind == PROMPT)
+    if causal_prompt:
+        # Images see images; a prompt token sees the images and the prompt up to itself.
+        prefix_rows = (k_kind == IMAGE) | ((q_kind == PROMPT) & (k_kind == PROMPT) & (k_pos <= q_pos))
+    else:
+        prefix_rows = key_prefix
+    consumers = (q_kind == ACTION) | (q_kind >= FIRST_TASK)
+    mask = (q_prefix & prefix_rows) | (consumers & key_prefix)
+    mask |= (q_kind == ACTION) & (k_kind == ACTION)
+    mask |= (q_kind >= FIRST_TASK) & (k_kind == q_kind) & (k_pos <= q_pos)
+    length = kinds.shape[1]
+    eye = torch.eye(length, dtype=torch.bool).unsqueeze(0)
+    return mask | ((q_kind == PAD) & eye)

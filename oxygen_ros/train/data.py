@@ -1,0 +1,162 @@
+"""Expert demonstrations → training tensors, through the runtime's own preprocessing.
+
+Every sample goes through :meth:`PolicyRuntime.make_frame` (image slots, resize and scaling, state
+normalization, the prompt with the discretized state) and the text tasks' continuation prompts come from
+the runtime's engine, so the model is trained on exactly the inputs it is served at inference.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from oxygen_ros.model.normalize import ACTIONS_KEY, STATE_KEY, Normalizer, NormStats
+from oxygen_ros.model.prompt import format_prompt
+from oxygen_ros.runtime.policy import PolicyRuntime
+
+
+class Sample(Protocol):
+    """What the simulator's ``oxygen_ros.sim.dataset.DemoSample`` provides (see INTERFACE.md)."""
+
+    images: tuple[np.ndarray, ...]
+    state: np.ndarray
+    actions: np.ndarray
+    instruction: str
+    texts: dict[str, str]
+
+
+# expert_samples(seed, horizon, control_period_s, image_size) → demonstration samples, deterministic for the seed
+SampleSource = Callable[[int, int, float, int], Iterator[Sample]]
+
+
+def _take(source: SampleSource, seed: int, count: int, horizon: int, period_s: float, image_size: int) -> list[Sample]:
+    return list(itertools.islice(source(seed, horizon, period_s, image_size), count))
+
+
+def collect_samples(
+    source: SampleSource, seed: int, count: int, horizon: int, period_s: float, image_size: int, workers: int = 1
+) -> list[Sample]:
+    """``count`` samples from ``workers`` expert streams (stream w has seed ``seed * 100 + w``), in stream order.
+
+    The result depends on (seed, count, workers) only, not on timing; workers are forked processes.
+    """
+    workers = max(1, min(workers, count))
+    jobs = [(source, seed * 100 + w, count // workers + (w < count % workers), horizon, period_s, image_size) for w in range(workers)]
+    if workers == 1:
+        return _take(*jobs[0])
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        parts = pool.starmap(_take, jobs)
+    return [sample for part in parts for sample in part]
+
+
+def quantile_stats(values: np.ndarray) -> NormStats:
+    """mean/std/q01/q99 per dimension of values [N, D] (openpi's statistics)."""
+    v = np.asarray(values, dtype=np.float64)
+    return NormStats(
+        mean=v.mean(axis=0), std=v.std(axis=0), q01=np.quantile(v, 0.01, axis=0), q99=np.quantile(v, 0.99, axis=0)
+    )
+
+
+def relative_actions(sample: Sample, delta_mask: Sequence[bool]) -> np.ndarray:
+    """The chunk with the masked dims relative to the state (openpi's DeltaActions; the runtime adds it back)."""
+    mask = np.zeros(sample.actions.shape[-1], dtype=bool)
+    mask[: len(delta_mask)] = delta_mask
+    return (sample.actions - np.where(mask, sample.state, 0.0)).astype(np.float32)
+
+
+def compute_norm_stats(samples: Sequence[Sample], delta_mask: Sequence[bool] = ()) -> dict[str, NormStats]:
+    """State and action statistics of the expert data (every action of every chunk counts; actions after
+    DeltaActions, as openpi computes them)."""
+    states = np.stack([s.state for s in samples])
+    actions = np.concatenate([relative_actions(s, delta_mask) for s in samples])
+    return {STATE_KEY: quantile_stats(states), ACTIONS_KEY: quantile_stats(actions)}
+
+
+def text_corpus(
+    samples: Sequence[Sample], normalizer: Normalizer, task_prompts: Sequence[str], vocabulary: Iterable[str] = ()
+) -> list[str]:
+    """Every distinct string the model reads or writes: the prompts exactly as the runtime builds them
+    (instruction and discretized state), each task's continuation prompt and target text, and the
+    simulator's ``vocabulary`` (texts the samples may not happen to contain)."""
+    strings = set(task_prompts) | {" " + v for v in vocabulary}
+    for s in samples:
+        strings.add(format_prompt(s.instruction, normalizer.normalize_state(s.state, clip=True), "pi05_state"))
+        strings.update(" " + t for t in s.texts.values())
+    return sorted(strings)
+
+
+@dataclass
+class TrainingSet:
+    """Preprocessed samples, stored compactly (images as the uint8 they came from)."""
+
+    pixels: torch.Tensor  # uint8 [N, V, 3, S, S]: the valid image slots; pixels_from_uint8 gives the model input
+    image_slots: torch.Tensor  # bool [slots]: which slots are valid (the same for every sample)
+    prompts: list[torch.Tensor]  # long [n_i] prompt ids, BOS first
+    texts: list[list[torch.Tensor]]  # per sample, per task: long target ids (text then EOS)
+    actions: torch.Tensor  # float32 [N, H, A] normalized action chunks
+    continuations: list[torch.Tensor]  # per task: long ids of its continuation prompt
+
+    def __len__(self) -> int:
+        return self.actions.shape[0]
+
+
+def _to_uint8(pixels: torch.Tensor) -> torch.Tensor:
+    """Invert ``u / 255 * 2 - 1`` exactly (every model input pixel came from a uint8)."""
+    return ((pixels + 1.0) / 2.0 * 255.0).round().clamp(0, 255).to(torch.uint8)
+
+
+def pixels_from_uint8(u: torch.Tensor) -> torch.Tensor:
+    """The runtime's image scaling (``preprocess.image_to_tensor``) applied to stored uint8 pixels."""
+    return u.to(torch.float32) / 255.0 * 2.0 - 1.0
+
+
+def build_training_set(
+    samples: Sequence[Sample], runtime: PolicyRuntime, task_names: Sequence[str], delta_mask: Sequence[bool] = ()
+) -> TrainingSet:
+    """Preprocess every sample with ``runtime.make_frame``; text targets are ``" " + text`` then EOS; action
+    targets normalized after DeltaActions with ``delta_mask``."""
+    norm = runtime.normalizer
+    if norm is None:
+        raise ValueError("the runtime needs the norm stats of the training data")
+    tasks = {t.name: t for t in runtime.engine.tasks}
+    missing = [n for n in task_names if n not in tasks]
+    if missing:
+        raise ValueError(f"text tasks {missing} are not configured in the runtime (has {sorted(tasks)})")
+    cfg = runtime.model_config
+    if norm.action_dim != cfg.action_dim:
+        raise ValueError(f"the data has {norm.action_dim} action dims; the model config has {cfg.action_dim}")
+    tok = runtime.tokenizer
+    pixels, prompts, texts, actions = [], [], [], []
+    slots: torch.Tensor | None = None
+    for i, s in enumerate(samples):
+        if s.actions.shape != (cfg.action_horizon, cfg.action_dim):
+            raise ValueError(f"sample {i}: action chunk {s.actions.shape}, the model needs ({cfg.action_horizon}, {cfg.action_dim})")
+        frame = runtime.make_frame(list(s.images), s.state, s.instruction, stamp_ns=0, frame_seq=0)
+        if slots is None:
+            slots = frame.image_mask.cpu()
+        elif not torch.equal(slots, frame.image_mask.cpu()):
+            raise ValueError(f"sample {i}: its cameras fill other image slots than the first sample's")
+        valid = frame.images.cpu()[slots]
+        stored = _to_uint8(valid)
+        if not torch.equal(pixels_from_uint8(stored), valid):
+            raise AssertionError("image preprocessing is no longer a uint8 → [-1, 1] scaling; store floats instead")
+        pixels.append(stored)
+        prompts.append(frame.prompt_tokens.cpu())
+        texts.append([torch.tensor(tok.encode(" " + s.texts[n]) + [cfg.eos_token_id]) for n in task_names])
+        actions.append(norm.normalize_actions(relative_actions(s, delta_mask)))
+    if slots is None:
+        raise ValueError("no training samples")
+    return TrainingSet(
+        pixels=torch.stack(pixels),
+        image_slots=slots,
+        prompts=prompts,
+        texts=texts,
+        actions=torch.from_numpy(np.stack(actions)),
+        continuations=[torch.tensor(tasks[n].continuation) for n in task_names],
+    )

@@ -1,0 +1,81 @@
+"""The training forward: one joint pass of both experts over a batch, and the two losses.
+
+Built only from the inference model's own modules (vision tower, projector, embeddings, MoT blocks, norms,
+action projections, time MLP), in the same order as ``Pi05Model.prefill`` / ``extend`` / ``sample_actions``,
+so training and inference share weights and math. Losses (openpi π0/π0.5 and OxyGen):
+
+* flow matching: t ~ Beta(1.5, 1)·0.999 + 0.001, x_t = t·noise + (1 − t)·actions, target u = noise − actions,
+  MSE against the action expert's velocity;
+* next-token cross-entropy on each text task's target after its continuation prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from oxygen_ros.model.vla import Pi05Model
+
+from .batch import IGNORE, Batch, attention_mask
+
+
+@dataclass
+class Losses:
+    total: Tensor
+    flow: Tensor  # MSE of the velocity
+    text: Tensor  # mean next-token cross-entropy over all text targets
+
+
+def sample_flow_time(batch: int, generator: torch.Generator) -> Tensor:
+    """openpi's flow-time distribution: Beta(1.5, 1) scaled into [0.001, 1] (more weight near noise)."""
+    # Beta(a, 1) is U^(1/a): sampled from the seeded generator, so training is deterministic.
+    u = torch.rand(batch, generator=generator, dtype=torch.float64)
+    return (u ** (1.0 / 1.5) * 0.999 + 0.001).to(torch.float32)
+
+
+def _modulations(model: Pi05Model, times: Tensor) -> tuple[list[tuple[Tensor, Tensor]], Tensor]:
+    """Per layer (input, post-attention) modulations and the final norm's, each [B, 3W], for times [B]."""
+    cond = model._time_condition(times)
+    per_layer = []
+    for layer in model.layers:
+        first, second = layer.action.adaptive_norms()
+        per_layer.append((first.dense(cond), second.dense(cond)))
+    return per_layer, model.action_norm.dense(cond)
+
+
+def joint_forward(model: Pi05Model, batch: Batch, x_t: Tensor, times: Tensor) -> tuple[Tensor, Tensor]:
+    """Both experts over the whole joint sequence → (text hidden [B, T, Wb] final-normed, velocity [B, H, A])."""
+    cfg = model.config
+    b = batch.size
+    feats = model.multi_modal_projector(model.vision_tower(batch.images.to(model.dtype)))
+    xb = torch.cat((feats.reshape(b, -1, feats.shape[-1]), model.embed_text(batch.tokens)), dim=1)
+    xa = model.action_in_proj(x_t.to(model.dtype))
+    mask = attention_mask(batch.kinds, batch.positions, cfg.prefix_attention == "causal_text")
+    cos, sin = model.rope.cos_sin(batch.positions, model.dtype)
+    layer_mods, final_mod = _modulations(model, times)
+    for layer, mods in zip(model.layers, layer_mods):
+        xb, xa = layer.joint(xb, xa, mods, cos, sin, mask)
+    text_hidden, _ = model.norm(xb[:, batch.num_image_tokens :])
+    xa, _ = model.action_norm(xa, final_mod)
+    return text_hidden, model.action_out_proj(xa).float()
+
+
+def compute_losses(
+    model: Pi05Model, batch: Batch, generator: torch.Generator, text_weight: float = 1.0, flow_weight: float = 1.0
+) -> Losses:
+    """Both losses from one joint forward (the prefix is computed once and shared by them)."""
+    actions = batch.actions
+    noise = torch.randn(actions.shape, generator=generator)
+    times = sample_flow_time(batch.size, generator)
+    t = times.view(-1, 1, 1)
+    x_t = t * noise + (1.0 - t) * actions
+    target = noise - actions
+    hidden, velocity = joint_forward(model, batch, x_t, times)
+    flow = F.mse_loss(velocity, target)
+    rows = batch.labels != IGNORE
+    logits = model.lm_logits(hidden[rows]).float()
+    text = F.cross_entropy(logits, batch.labels[rows])
+    return Losses(flow_weight * flow + text_weight * text, flow, text)

@@ -1,0 +1,225 @@
+"""Train the demo policy on scripted-expert data and write a checkpoint the runtime loads as is.
+
+Order of work: expert episodes → norm stats → a SentencePiece tokenizer of the data's vocabulary → a
+``PolicyRuntime`` around the fresh model (its preprocessing turns every sample into model inputs) →
+AdamW with warm-up and cosine decay on flow-matching + next-token losses → checkpoint in the native layout
+(``model.safetensors``, ``config.json``, ``assets/demo/norm_stats.json``) + ``tokenizer.model`` + the loss
+curves. Every random draw comes from the seed, so one seed gives one checkpoint (on one machine).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from oxygen_ros.model.checkpoint import save_checkpoint
+from oxygen_ros.model.config import ModelConfig, preset
+from oxygen_ros.model.layers import AdaRMSNorm
+from oxygen_ros.model.normalize import Normalizer
+from oxygen_ros.model.tokenizer import robot_corpus, train_tokenizer
+from oxygen_ros.model.vla import Pi05Model
+from oxygen_ros.runtime.config import RuntimeConfig, TaskConfig, default_tasks
+from oxygen_ros.runtime.policy import PolicyRuntime
+
+from .batch import make_batch
+from .forward import compute_losses
+from .data import SampleSource, TrainingSet, build_training_set, collect_samples, compute_norm_stats, text_corpus
+from .plot import plot_losses
+
+ASSET_ID = "demo"
+TOKENIZER_FILE = "tokenizer.model"
+SUMMARY_FILE = "train_summary.json"
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 2000
+    seed: int = 0
+    samples: int = 6000  # expert samples, generated before training
+    data_workers: int = 2  # processes generating them (part of what makes the data: keep it fixed)
+    batch_size: int = 32
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.05  # cosine decay ends at lr * this
+    warmup_steps: int = 100
+    weight_decay: float = 1e-4
+    grad_clip: float = 1.0
+    flow_weight: float = 1.0
+    text_weight: float = 1.0
+    control_period_s: float = 0.2
+    preset: str = "demo"
+    model: ModelConfig | None = None  # overrides the preset (tests)
+    tasks: list[TaskConfig] = field(default_factory=default_tasks)
+    prompt_format: str = "pi05_state"
+    threads: int = 1  # torch threads (one: fastest on a shared machine, and results independent of the core count)
+    dtype: str = "float32"  # stored weights: float32 or bfloat16
+    save_every: int = 0  # also write the checkpoint every this many steps (0 = only at the end)
+    delta_actions: bool = True  # arm joints relative to the state, gripper absolute (openpi's DeltaActions)
+
+    def model_config(self) -> ModelConfig:
+        return self.model or preset(self.preset)
+
+    def delta_mask(self, action_dim: int) -> list[bool]:
+        """Every dim but the last (the gripper) relative to the state, as openpi's make_bool_mask(n, -1)."""
+        return [i < action_dim - 1 for i in range(action_dim)] if self.delta_actions else []
+
+
+@dataclass
+class TrainResult:
+    out_dir: Path
+    history: dict[str, list[float]]
+    samples: int
+    data_seconds: float
+    train_seconds: float
+
+    @property
+    def final(self) -> dict[str, float]:
+        """Mean of the last 50 steps of each loss."""
+        return {k: sum(v[-50:]) / len(v[-50:]) for k, v in self.history.items() if k != "lr" and v}
+
+
+def sincos_2d(grid: int, width: int) -> torch.Tensor:
+    """2-D sine-cosine position codes [grid*grid, width] (row-major patches), as MAE initializes ViTs."""
+    quarter = width // 4
+    omega = 1.0 / 10_000 ** (torch.arange(quarter, dtype=torch.float64) / quarter)
+    ys, xs = torch.meshgrid(torch.arange(grid, dtype=torch.float64), torch.arange(grid, dtype=torch.float64), indexing="ij")
+    parts = [f(c.reshape(-1, 1) * omega) for c in (ys, xs) for f in (torch.sin, torch.cos)]
+    codes = torch.cat(parts, dim=1)
+    return torch.nn.functional.pad(codes, (0, width - codes.shape[1])).float()
+
+
+def init_weights(model: Pi05Model) -> None:
+    """Initialization from the global torch RNG: unit-scale token embeddings (they are multiplied by
+    √width), 2-D sine-cosine patch positions (learned from there: the policy must find objects in the
+    image from the start), and zero adaptive-norm projections so every gated residual of the action expert
+    starts closed (adaLN-Zero, as in DiT)."""
+    width = model.config.backbone.width
+    for module in model.modules():
+        if isinstance(module, AdaRMSNorm):
+            nn.init.zeros_(module.dense.weight)
+            nn.init.zeros_(module.dense.bias)
+    nn.init.normal_(model.embed_tokens.weight, std=width**-0.5)
+    vision = model.config.vision
+    with torch.no_grad():
+        model.vision_tower.position_embedding.weight.copy_(sincos_2d(vision.image_size // vision.patch_size, vision.width))
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up, then cosine decay to ``lr * min_lr_ratio``."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def runtime_config(cfg: TrainConfig, model_config: ModelConfig) -> RuntimeConfig:
+    return RuntimeConfig(
+        horizon=model_config.action_horizon, prompt_format=cfg.prompt_format, tasks=list(cfg.tasks), kv_budget_mb=4.0,
+        delta_action_mask=cfg.delta_mask(model_config.action_dim),
+    )
+
+
+def prepare(
+    cfg: TrainConfig, source: SampleSource, out_dir: str | Path, vocabulary: Sequence[str] = ()
+) -> tuple[PolicyRuntime, TrainingSet, dict]:
+    """Data, statistics, tokenizer and a runtime around a freshly initialized model."""
+    out_dir = Path(out_dir)
+    model_config = cfg.model_config()
+    image_size = model_config.vision.image_size
+    samples = collect_samples(
+        source, cfg.seed, cfg.samples, model_config.action_horizon, cfg.control_period_s, image_size, cfg.data_workers
+    )
+    if not samples:
+        raise ValueError("the expert produced no samples")
+    # The action expert's width in and out is the robot's: joints + gripper of the data.
+    model_config = model_config.replace(action_dim=int(samples[0].actions.shape[-1]))
+    delta_mask = cfg.delta_mask(model_config.action_dim)
+    stats = compute_norm_stats(samples, delta_mask)
+    normalizer = Normalizer(stats, mode="quantile")
+    # The data's own strings plus the built-in robotics corpus, so the vocabulary size is always reachable.
+    corpus = text_corpus(samples, normalizer, [t.prompt for t in cfg.tasks], vocabulary) + robot_corpus()
+    tokenizer = train_tokenizer(out_dir / TOKENIZER_FILE, model_config.vocab_size, corpus)
+    torch.manual_seed(cfg.seed)
+    model = Pi05Model(model_config)
+    init_weights(model)
+    runtime = PolicyRuntime(runtime_config(cfg, model_config), model, tokenizer, normalizer)
+    data = build_training_set(samples, runtime, [t.name for t in cfg.tasks], delta_mask)
+    return runtime, data, stats
+
+
+def train(
+    cfg: TrainConfig, source: SampleSource, out_dir: str | Path, vocabulary: Sequence[str] = (), progress: bool = True
+) -> TrainResult:
+    """Train on ``samples`` from ``source`` (the expert); ``vocabulary``: extra strings for the tokenizer."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    t0 = time.perf_counter()
+    runtime, data, stats = prepare(cfg, source, out, vocabulary)
+    data_seconds = time.perf_counter() - t0
+    model = runtime.model
+    model.train().requires_grad_(True)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr, betas=(0.9, 0.95),
+    )
+    generator = torch.Generator().manual_seed(cfg.seed)
+    c = model.config
+    history: dict[str, list[float]] = {"total": [], "flow": [], "text": [], "lr": []}
+    t1 = time.perf_counter()
+    bar = tqdm(range(cfg.steps), desc="train", disable=not progress, dynamic_ncols=True)
+    for step in bar:
+        lr = lr_at(step, cfg)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        index = torch.randint(len(data), (cfg.batch_size,), generator=generator)
+        batch = make_batch(data, index, c.tokens_per_image, c.pad_token_id)
+        losses = compute_losses(model, batch, generator, cfg.text_weight, cfg.flow_weight)
+        optimizer.zero_grad(set_to_none=True)
+        losses.total.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        for key, value in (("total", losses.total), ("flow", losses.flow), ("text", losses.text)):
+            history[key].append(float(value.detach()))
+        history["lr"].append(lr)
+        bar.set_postfix(flow=f"{history['flow'][-1]:.4f}", text=f"{history['text'][-1]:.3f}", lr=f"{lr:.1e}")
+        if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
+            _save_weights(model, out, stats, cfg.delta_mask(c.action_dim))
+    train_seconds = time.perf_counter() - t1
+    model.eval().requires_grad_(False)
+    result = TrainResult(out, history, len(data), data_seconds, train_seconds)
+    save_outputs(cfg, result, model, stats)
+    return result
+
+
+def _save_weights(model: Pi05Model, out: Path, stats: dict, delta_mask: list[bool]) -> None:
+    save_checkpoint(model, out, layout="oxygen", norm_stats=stats, asset_id=ASSET_ID, delta_action_mask=delta_mask or None)
+
+
+def save_outputs(cfg: TrainConfig, result: TrainResult, model: Pi05Model, stats: dict) -> None:
+    out = result.out_dir
+    stored = model.to(torch.bfloat16) if cfg.dtype == "bfloat16" else model
+    _save_weights(stored, out, stats, cfg.delta_mask(model.config.action_dim))
+    plot_losses(result.history, out / "losses.png")
+    steps = len(result.history["total"])
+    summary = {
+        "config": {k: v for k, v in asdict(cfg).items() if k not in ("tasks", "model")},
+        "tasks": [asdict(t) for t in cfg.tasks],
+        "samples": result.samples,
+        "data_seconds": round(result.data_seconds, 1),
+        "train_seconds": round(result.train_seconds, 1),
+        "steps_per_second": round(steps / max(result.train_seconds, 1e-9), 3),
+        "final_losses": {k: round(v, 5) for k, v in result.final.items()},
+        "torch_threads": torch.get_num_threads(),
+    }
+    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))

@@ -1,0 +1,161 @@
+"""The simulated scene, its grasp physics, the scripted expert and the demonstration data (no ROS, no model)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from oxygen_ros.sim.dataset import (
+    CAMERA_NAMES, STATE_DIM, TRAIN_SEED_BASE, episode_samples, expert_episode, expert_samples, training_seeds, vocabulary,
+)  # fmt: skip
+from oxygen_ros.sim.episode import EpisodeSpec
+from oxygen_ros.sim.evaluate import eval_specs
+from oxygen_ros.sim.expert import SUBTASKS, expert_chunk, memory_text, subtask_text, track
+from oxygen_ros.sim.render import render
+from oxygen_ros.sim.scene import (
+    GRIPPER_OPEN_M, JOINT_LOWER, JOINT_UPPER, LIFT_SUCCESS_M, MAX_VELOCITY, Scene, fingertip, inverse_kinematics,
+)  # fmt: skip
+
+
+def test_inverse_kinematics_inverts_forward_kinematics() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        tip = np.array([*(rng.uniform(0.2, 0.45) * np.array([1.0, 0.0])), rng.uniform(0.01, 0.2)])
+        yaw = rng.uniform(-0.6, 0.6)
+        tip[:2] = tip[0] * np.array([np.cos(yaw), np.sin(yaw)])
+        q = inverse_kinematics(tip)
+        assert q is not None and np.all(q >= JOINT_LOWER[:3]) and np.all(q <= JOINT_UPPER[:3])
+        assert np.allclose(fingertip(q), tip, atol=1e-9)
+    assert inverse_kinematics(np.array([2.0, 0.0, 0.1])) is None  # out of reach
+
+
+def _move(scene: Scene, tip: np.ndarray, gripper: float) -> None:
+    """Drive the scene in small steps to a fingertip position and gripper opening (velocity-limited)."""
+    goal = np.concatenate([inverse_kinematics(tip), [gripper]])
+    for _ in range(400):
+        scene.apply(track(scene.q, goal, 0.02))
+
+
+def test_grasp_needs_open_fingers_around_the_object_and_lifting_it_succeeds() -> None:
+    scene = Scene.random(3)
+    obj = scene.objects[0]
+    above = obj.position + np.array([0.0, 0.0, 0.15])
+    low = obj.position + np.array([0.0, 0.0, 0.015])
+    # Closed fingers pushed down onto it, then closed: no grasp.
+    _move(scene, above, 0.0)
+    _move(scene, low, 0.0)
+    assert scene.held is None
+    # Fingers closing beside it (2.5 cm off-centre): no grasp.
+    _move(scene, above, GRIPPER_OPEN_M)
+    _move(scene, low + np.array([0.025, 0.0, 0.0]), GRIPPER_OPEN_M)
+    _move(scene, low + np.array([0.025, 0.0, 0.0]), 0.0)
+    assert scene.held is None
+    # Open above it, down around it, close: held, the fingers stop at its width; lift: success.
+    _move(scene, above, GRIPPER_OPEN_M)
+    _move(scene, low, GRIPPER_OPEN_M)
+    _move(scene, low, 0.0)
+    assert scene.held == 0 and scene.q[3] == pytest.approx(obj.width)
+    _move(scene, above, 0.0)
+    assert scene.lifted(0) and obj.position[2] >= LIFT_SUCCESS_M
+    assert not scene.lifted(1)
+    # Opening the fingers drops it onto the table.
+    _move(scene, above, GRIPPER_OPEN_M)
+    assert scene.held is None and obj.position[2] == 0.0
+
+
+def test_expert_solves_held_out_seeds() -> None:
+    specs = eval_specs(500, 40)
+    episodes = [expert_episode(spec) for spec in specs]
+    solved = sum(e.success_time_s is not None for e in episodes)
+    assert solved / len(specs) >= 0.99, [e.spec for e in episodes if e.success_time_s is None]
+    assert all(e.success_time_s < 6.0 for e in episodes if e.success_time_s is not None)
+
+
+def test_expert_chunk_respects_velocity_limits_and_labels_follow_the_state() -> None:
+    scene = Scene.random(11)
+    target = 0
+    chunk = expert_chunk(scene, target, 10, 0.2)
+    assert chunk.shape == (10, STATE_DIM) and chunk.dtype == np.float32
+    steps = np.diff(np.concatenate([scene.q[None, :3], chunk[:, :3]]), axis=0)
+    assert np.all(np.abs(steps) <= MAX_VELOCITY[:3] * 0.2 + 1e-5)
+    name = scene.objects[target].name
+    assert subtask_text(scene, target) == SUBTASKS[0].format(name)
+    assert memory_text(scene, target).startswith(name + " ") and memory_text(scene, None) is None
+    assert subtask_text(scene, None) is None
+
+
+def test_cameras_show_the_objects_and_the_wrist_camera_moves_with_the_arm() -> None:
+    scene = Scene.random(5)
+    base, wrist = render(scene, "base", 64), render(scene, "wrist", 64)
+    assert base.shape == wrist.shape == (64, 64, 3) and base.dtype == np.uint8
+    colours = {"red": (205, 45, 40), "blue": (45, 80, 210), "green": (40, 165, 70), "yellow": (225, 200, 40)}
+    for obj in scene.objects:  # each object's colour is visible in the base view
+        distance = np.abs(base.astype(int) - np.array(colours[obj.colour])).sum(axis=2)
+        assert (distance < 60).sum() >= 3, obj.name
+    moved = scene.copy()
+    moved.apply(moved.q + np.array([0.3, 0.0, 0.0, 0.0]))
+    assert not np.array_equal(render(moved, "wrist", 64), wrist)
+    assert np.array_equal(render(scene, "base", 64), base)  # deterministic
+    with pytest.raises(ValueError, match="unknown camera"):
+        render(scene, "side", 64)
+
+
+def test_expert_samples_are_deterministic_and_use_training_seeds_only() -> None:
+    a = [s for _, s in zip(range(25), expert_samples(7, 10, 0.2, 32))]
+    b = [s for _, s in zip(range(25), expert_samples(7, 10, 0.2, 32))]
+    for x, y in zip(a, b):
+        assert all(np.array_equal(i, j) for i, j in zip(x.images, y.images))
+        assert np.array_equal(x.actions, y.actions) and np.array_equal(x.state, y.state) and x.texts == y.texts
+    s = a[0]
+    assert len(s.images) == len(CAMERA_NAMES) and s.images[0].shape == (32, 32, 3)
+    assert s.state.shape == (STATE_DIM,) and s.actions.shape == (10, STATE_DIM)
+    words = set(vocabulary())
+    assert all(x.instruction in words and x.texts["language"] in words and x.texts["memory"] in words for x in a)
+    seeds = [next(training_seeds(k)) for k in range(20)]
+    assert min(seeds) >= TRAIN_SEED_BASE and len(set(seeds)) == 20
+    c = [s for _, s in zip(range(5), expert_samples(8, 10, 0.2, 32))]
+    assert not np.array_equal(a[0].state, c[0].state)
+
+
+def test_noisy_demonstrations_leave_the_expert_path_and_still_succeed() -> None:
+    seed = TRAIN_SEED_BASE + 42
+    clean = list(episode_samples(seed, 10, 0.2, 16, noisy=False))
+    noisy = list(episode_samples(seed, 10, 0.2, 16, noisy=True))
+    n = min(len(clean), len(noisy))
+    assert any(not np.allclose(c.state, d.state, atol=1e-3) for c, d in zip(clean[:n], noisy[:n]))
+    assert noisy[-1].texts["language"].startswith("lift")  # recovered and lifted
+    assert clean[-1].texts["language"].startswith("lift")
+
+
+def test_instructions_name_their_object_or_none() -> None:
+    spec = EpisodeSpec.with_instruction(3, "Please  pick up the RED cup, then rest")
+    assert spec.target_name == "red cup"
+    assert EpisodeSpec.with_instruction(3, "dance ☃").target_name is None
+    assert EpisodeSpec.from_seed(3).target_name in [o.name for o in Scene.random(3).objects]
+    with pytest.raises(ValueError, match="seeds"):
+        eval_specs(999_999, 2)
+
+
+def test_episode_runner_sequences_episodes_on_a_live_clock() -> None:
+    from oxygen_ros.runtime.trajectory import trajectory_points
+    from oxygen_ros.sim.dataset import JOINT_NAMES
+    from oxygen_ros.sim.runner import EpisodeRunner
+
+    specs = eval_specs(20, 2)
+    runner = EpisodeRunner(specs, 0.2, time_limit_s=1.0, settle_s=0.5)
+    t0 = 100.0
+    assert [e.kind for e in runner.update(t0)] == ["start"]
+    q0 = runner.episode.state.copy()
+    hold = trajectory_points(np.tile(q0 + np.array([0.2, 0, 0, 0]), (5, 1)), JOINT_NAMES, 0.2)[0]
+    runner.receive(hold, t0 + 0.2)  # still settling: dropped
+    assert runner.dropped == 1
+    runner.update(t0 + 0.6)
+    # stamped with the node clock 0.1 s in the past: its first point (at +0.2 s) is 0.1 s ahead
+    stamped = trajectory_points(np.tile(q0 + np.array([0.2, 0, 0, 0]), (5, 1)), JOINT_NAMES, 0.2, start_time_ns=int((t0 + 0.5) * 1e9))[0]
+    runner.receive(stamped, t0 + 0.6)
+    assert runner.episode.follower.setpoint(0.2)[0] == pytest.approx(q0[0] + 0.2)
+    events = runner.update(t0 + 1.6)  # past the 1 s limit: the first ends, the second starts
+    assert [e.kind for e in events] == ["end", "start"] and not events[0].success
+    assert events[0].duration_s == pytest.approx(1.0) and events[1].spec == specs[1]
+    runner.update(t0 + 3.2)
+    assert runner.finished and runner.episode is None and len(runner.outcomes) == 2

@@ -1,0 +1,91 @@
+"""oxygen_sim_node and oxygen_node close the loop over real DDS (loopback only; tiny random-weight model)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import rclpy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import String
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+from ros_helpers import REPO, Collector, NodeProcess, make_test_node, spin_until, wait_for_match, write_params
+
+from oxygen_ros.ros.convert import image_to_array
+
+LATCHED = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+NS = "/robot1"
+
+
+@pytest.fixture()
+def ros():  # noqa: ANN201
+    rclpy.init()
+    node, executor = make_test_node("sim_test")
+    yield node, executor
+    executor.shutdown()
+    node.destroy_node()
+    rclpy.shutdown()
+
+
+def test_policy_drives_the_simulated_arm_over_dds(ros, tmp_path) -> None:  # noqa: ANN001
+    node, executor = ros
+    sim_params = write_params(tmp_path / "sim.yaml", {"episodes": 2, "seed": 7, "time_limit_s": 2.0, "settle_s": 0.3,
+                                                      "instructions": ["", "pick up the purple cup"]})  # fmt: skip
+    tiny = write_params(tmp_path / "tiny.yaml", {"checkpoint": "", "tokenizer": "", "model_preset": "tiny"})
+    episodes = Collector(node, String, f"{NS}/oxygen_sim_node/episode", LATCHED)
+    joints = Collector(node, JointState, f"{NS}/joint_states", qos_profile_sensor_data)
+    wrist = Collector(node, Image, f"{NS}/camera/wrist/image_raw", qos_profile_sensor_data)
+    trajectories = Collector(node, JointTrajectory, f"{NS}/joint_trajectory_controller/joint_trajectory", 10)
+    language = Collector(node, String, f"{NS}/oxygen_node/text/language/final", 50)
+    namespace = ["-r", f"__ns:={NS}"]
+    with NodeProcess([REPO / "config" / "demo_policy.yaml", tiny], ros_args=namespace) as policy, \
+            NodeProcess([REPO / "config" / "demo_sim.yaml", sim_params], ros_args=namespace,
+                        module="oxygen_ros.ros.sim_main") as sim:  # fmt: skip
+        ended = spin_until(executor, lambda: sum('"end"' in m.data for m in episodes.messages) == 2, 90.0)
+        assert ended, sim.output() + policy.output()
+        assert sim.wait(15.0) == 0, sim.output()  # exits by itself after the last episode
+        assert policy.running
+    events = [json.loads(m.data) for m in episodes.messages]
+    assert [(e["event"], e["index"]) for e in events] == [("start", 0), ("end", 0), ("start", 1), ("end", 1)]
+    assert events[0]["seed"] == 7 and events[2]["instruction"] == "pick up the purple cup" and events[2]["target"] is None
+    assert not events[3]["success"]
+    assert len(trajectories) >= 3 and len(language) >= 1  # the policy answered the simulator's observations
+    positions = np.array([m.position for m in joints.messages])
+    assert list(joints.messages[0].name) == ["arm_yaw", "arm_shoulder", "arm_elbow", "gripper"]
+    assert np.ptp(positions[:, :3], axis=0).max() > 0.01  # the arm moved under the policy's trajectories
+    assert image_to_array(wrist.messages[-1]).shape == (64, 64, 3)
+
+
+def test_sim_node_refuses_bad_trajectories_and_keeps_running(ros, tmp_path) -> None:  # noqa: ANN001
+    node, executor = ros
+    params = write_params(tmp_path / "sim.yaml", {"episodes": 1, "time_limit_s": 30.0, "settle_s": 0.0})
+    joints = Collector(node, JointState, "/joint_states", qos_profile_sensor_data)
+    pub = node.create_publisher(JointTrajectory, "/joint_trajectory_controller/joint_trajectory", 10)
+    with NodeProcess([params], module="oxygen_ros.ros.sim_main") as sim:
+        assert wait_for_match(executor, [pub], 30.0), sim.output()
+        assert spin_until(executor, lambda: len(joints) > 0, 30.0)
+        start = np.array(joints.messages[-1].position)
+
+        def send(names: list[str], points: list[tuple[list[float], float]]) -> None:
+            msg = JointTrajectory()
+            msg.joint_names = names
+            for pos, t in points:
+                p = JointTrajectoryPoint()
+                p.positions = pos
+                p.time_from_start.sec, p.time_from_start.nanosec = int(t), int(round((t % 1) * 1e9))
+                msg.points.append(p)
+            pub.publish(msg)
+
+        send(["a", "b"], [([1.0, 1.0], 0.5)])  # unknown joints
+        send(["arm_yaw", "arm_shoulder", "arm_elbow", "gripper"], [([0.3, 0.6, -1.6, 0.08], 0.5), ([0.3, 0.6, -1.6, 0.08], 0.2)])
+        send(["arm_yaw", "arm_shoulder", "arm_elbow", "gripper"], [([0.0, 0.6, -1.6, 0.08], 0.4)])  # a good one
+        target = np.array([0.0, 0.6, -1.6, 0.08])
+        moved = spin_until(executor, lambda: np.allclose(joints.messages[-1].position, target, atol=1e-3), 20.0)
+        assert moved, (start, joints.messages[-1].position, sim.output())
+        assert sim.running
+        assert sim.stop(executor=executor) == 0
+        log = sim.output()
+    assert "trajectory rejected: joint names do not match" in log and "strictly increase" in log

@@ -1,0 +1,185 @@
+"""Training of the demo policy: losses fall, one seed gives one checkpoint, the checkpoint runs in the runtime,
+and the training forward computes exactly what inference computes (prefix, text continuation, velocity)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from oxygen_ros.model.config import ModelConfig, TINY
+from oxygen_ros.runtime.config import RuntimeConfig, default_tasks
+from oxygen_ros.runtime.policy import PolicyRuntime
+from oxygen_ros.train.batch import IGNORE, make_batch
+from oxygen_ros.train.data import pixels_from_uint8
+from oxygen_ros.train.forward import compute_losses, joint_forward
+from oxygen_ros.train.trainer import TrainConfig, prepare, train
+
+from train_fixtures import STATE_DIM, fake_expert_samples
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def tiny_preset() -> ModelConfig:
+    """The tiny model (random-weight preset of the other tests), causal prompt attention (OxyGen)."""
+    return TINY
+
+
+def small_config(model: ModelConfig, **changes: object) -> TrainConfig:
+    base = TrainConfig(steps=3, samples=36, data_workers=2, batch_size=6, warmup_steps=2, model=model)
+    return dataclasses.replace(base, **changes)
+
+
+def test_a_few_steps_lower_both_losses(tmp_path: Path, tiny_preset: ModelConfig) -> None:
+    result = train(small_config(tiny_preset, steps=30, lr=3e-3, warmup_steps=3), fake_expert_samples, tmp_path, progress=False)
+    h = result.history
+    for key in ("flow", "text"):
+        first, last = np.mean(h[key][:3]), np.mean(h[key][-3:])
+        assert last < 0.8 * first, f"{key} loss {first:.3f} -> {last:.3f}"
+    assert (tmp_path / "losses.png").stat().st_size > 1000
+
+
+def test_same_seed_same_checkpoint_other_seed_differs(tmp_path: Path, tiny_preset: ModelConfig) -> None:
+    runs = {}
+    for name, seed in (("a", 7), ("b", 7), ("c", 8)):
+        result = train(small_config(tiny_preset, seed=seed), fake_expert_samples, tmp_path / name, progress=False)
+        runs[name] = (result.history["total"], (tmp_path / name / "model.safetensors").read_bytes())
+    assert runs["a"] == runs["b"]
+    assert runs["a"][0] != runs["c"][0] and runs["a"][1] != runs["c"][1]
+
+
+def test_checkpoint_runs_in_the_policy_runtime(tmp_path: Path, tiny_preset: ModelConfig) -> None:
+    train(small_config(tiny_preset, dtype="bfloat16"), fake_expert_samples, tmp_path, progress=False)
+    assert {"model.safetensors", "config.json", "tokenizer.model", "train_summary.json"} <= {p.name for p in tmp_path.iterdir()}
+    assert (tmp_path / "assets" / "demo" / "norm_stats.json").exists()
+    # Arm joints trained relative to the state, gripper absolute: recorded in the checkpoint, read by the runtime.
+    mask = [True] * (STATE_DIM - 1) + [False]
+    assert json.loads((tmp_path / "config.json").read_text())["delta_action_mask"] == mask
+    runtime = PolicyRuntime.load(
+        RuntimeConfig(checkpoint=str(tmp_path), tokenizer=str(tmp_path / "tokenizer.model"), tokens_per_frame=4)
+    )
+    sample = next(fake_expert_samples(5, 10, 0.2, 56))
+    result = runtime.step(runtime.make_frame(list(sample.images), sample.state, sample.instruction, stamp_ns=1))
+    assert result.actions.shape == (10, STATE_DIM) and np.all(np.isfinite(result.actions))
+    assert runtime.delta_action_mask == tuple(mask)
+    events = []
+    for _ in range(10):
+        events += runtime.decode()
+    assert any(e.final for e in events)
+
+
+def test_training_forward_equals_inference(tmp_path: Path, tiny_preset: ModelConfig) -> None:
+    """Velocity of the joint training pass == the model's uncached reference; text hidden states of each
+    task == prefill + token-by-token extend from the cached prefix (two samples of different prompt lengths,
+    so padding and masks are exercised)."""
+    runtime, data, _ = prepare(small_config(tiny_preset), fake_expert_samples, tmp_path)
+    model = runtime.model
+    cfg = model.config
+    # Two samples whose prompts differ in length.
+    lengths = torch.tensor([p.numel() for p in data.prompts])
+    index = torch.tensor([int(lengths.argmin()), int(lengths.argmax())])
+    assert lengths[index[0]] != lengths[index[1]]
+    batch = make_batch(data, index, cfg.tokens_per_image, cfg.pad_token_id)
+    gen = torch.Generator().manual_seed(0)
+    x_t = torch.randn(batch.actions.shape, generator=gen)
+    times = torch.tensor([0.3, 0.8])
+    with torch.no_grad():
+        hidden, velocity = joint_forward(model, batch, x_t, times)
+    slots = data.image_slots
+    for row, i in enumerate(index.tolist()):
+        images = torch.full((cfg.num_image_slots, 3, cfg.vision.image_size, cfg.vision.image_size), -1.0)
+        images[slots] = pixels_from_uint8(data.pixels[i])
+        prompt = data.prompts[i]
+        ref = model.joint_velocity(images, slots, prompt, x_t[row], float(times[row]))
+        torch.testing.assert_close(velocity[row], ref, rtol=1e-4, atol=1e-4)
+        at = max(data.prompts[j].numel() for j in index.tolist())
+        for cont, target in zip(data.continuations, data.texts[i]):
+            stream = torch.cat((cont, target[:-1]))
+            ref_hidden = _extend_hidden(model, images, slots, prompt, stream)
+            torch.testing.assert_close(hidden[row, at : at + stream.numel()], ref_hidden, rtol=1e-4, atol=1e-4)
+            labels = batch.labels[row, at : at + stream.numel()]
+            assert labels[: cont.numel() - 1].eq(IGNORE).all() and torch.equal(labels[cont.numel() - 1 :], target)
+            at += stream.numel()
+
+
+def _extend_hidden(model, images, slots, prompt, stream) -> torch.Tensor:
+    """Inference path: prefill into a KV buffer, then feed ``stream`` one token at a time with ``extend``."""
+    cfg = model.config
+    b = cfg.backbone
+    n = cfg.max_prefix_tokens + stream.numel()
+    k = torch.zeros(b.depth, n, b.num_kv_heads, b.head_dim)
+    v = torch.zeros_like(k)
+    prefix = model.prefill(images, slots, prompt, k, v)
+    out = []
+    for j, token in enumerate(stream.tolist()):
+        t = prefix.length + j
+        plan = _Plan(torch.arange(t + 1)[None], torch.tensor([t + 1]), torch.tensor([[t]]), torch.tensor([[t]]))
+        out.append(model.extend(torch.tensor([[token]]), plan, k, v)[0])
+    return torch.stack(out)
+
+
+@dataclasses.dataclass
+class _Plan:
+    ctx_index: torch.Tensor
+    ctx_len: torch.Tensor
+    write_index: torch.Tensor
+    positions: torch.Tensor
+
+
+def test_losses_are_finite_and_text_targets_cover_every_task(tmp_path: Path, tiny_preset: ModelConfig) -> None:
+    runtime, data, _ = prepare(small_config(tiny_preset), fake_expert_samples, tmp_path)
+    cfg = runtime.model.config
+    batch = make_batch(data, torch.arange(4), cfg.tokens_per_image, cfg.pad_token_id)
+    n_targets = sum(t.numel() for i in range(4) for t in data.texts[i])
+    assert int((batch.labels != IGNORE).sum()) == n_targets
+    losses = compute_losses(runtime.model, batch, torch.Generator().manual_seed(0))
+    assert torch.isfinite(losses.total) and losses.flow > 0 and losses.text > 0
+
+
+def test_training_prompts_match_the_demo_config() -> None:
+    """The continuation prompts and prompt format the policy is trained on are the ones the demo serves."""
+    params = yaml.safe_load((REPO / "config" / "demo_policy.yaml").read_text())["/**"]["ros__parameters"]
+    trained = {t.name: t.prompt for t in default_tasks()}
+    served = dict(zip(params["task_names"], params["task_prompts"]))
+    assert served == trained
+    assert params.get("prompt_format", "pi05_state") == TrainConfig().prompt_format
+
+
+def test_demo_preset_is_small() -> None:
+    from oxygen_ros.model.config import preset
+    from oxygen_ros.model.vla import Pi05Model, count_parameters
+
+    with torch.device("meta"):
+        model = Pi05Model(preset("demo"))
+    assert isinstance(model.config, ModelConfig)
+    assert count_parameters(model) * 4 < 20 * 1024 * 1024
+
+
+def test_patch_positions_start_distinct_and_flow_times_follow_beta() -> None:
+    from oxygen_ros.train.forward import sample_flow_time
+    from oxygen_ros.train.trainer import sincos_2d
+
+    codes = sincos_2d(8, 64)
+    distances = torch.cdist(codes, codes) + torch.eye(64) * 1e9
+    assert codes.shape == (64, 64) and float(distances.min()) > 0.1  # every patch place has its own code
+    t = sample_flow_time(20_000, torch.Generator().manual_seed(0))
+    assert 0.001 <= float(t.min()) and float(t.max()) <= 1.0
+    # Beta(1.5, 1) has mean 0.6 (scaled by 0.999, shifted by 0.001)
+    assert abs(float(t.mean()) - (0.6 * 0.999 + 0.001)) < 0.01
+
+
+def test_delta_action_targets_invert_to_the_expert_chunk(tmp_path: Path, tiny_preset: ModelConfig) -> None:
+    """Normalized targets, unnormalized and with the state added back on the masked dims as the runtime does,
+    give the expert's absolute chunk again."""
+    cfg = small_config(tiny_preset)
+    runtime, data, _ = prepare(cfg, fake_expert_samples, tmp_path)
+    sample = next(fake_expert_samples(cfg.seed * 100, 10, 0.2, 56))
+    mask = np.array(cfg.delta_mask(STATE_DIM))
+    restored = runtime.normalizer.unnormalize_actions(data.actions[0].numpy()) + np.where(mask, sample.state, 0.0)
+    np.testing.assert_allclose(restored, sample.actions, atol=1e-4)

@@ -1,0 +1,64 @@
+"""A small synthetic stand-in for the simulator's expert (training tests only).
+
+Each episode: one coloured square on a grey table at a seeded place in the base view (and larger in the
+wrist view); the "arm" state moves toward a target that depends on the square's place; the texts name the
+object and the phase. Enough structure for a few training steps to lower both losses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+COLOURS = {"red": (220, 40, 40), "green": (40, 200, 60), "blue": (50, 70, 230)}
+KINDS = ("cup", "block", "ball")
+STATE_DIM = 5
+STEPS = 6
+
+
+@dataclass(frozen=True)
+class FakeSample:
+    images: tuple[np.ndarray, ...]
+    state: np.ndarray
+    actions: np.ndarray
+    instruction: str
+    texts: dict[str, str]
+
+
+def _image(size: int, xy: np.ndarray, colour: tuple[int, int, int], half: int) -> np.ndarray:
+    img = np.full((size, size, 3), 120, dtype=np.uint8)
+    cx, cy = (xy * (size - 2 * half) + half).astype(int)
+    img[max(0, cy - half) : cy + half, max(0, cx - half) : cx + half] = colour
+    return img
+
+
+def fake_expert_samples(seed: int, horizon: int, control_period_s: float, image_size: int) -> Iterator[FakeSample]:
+    """Samples of seeded episodes, forever (as the simulator's ``expert_samples``)."""
+    rng = np.random.default_rng(seed)
+    while True:
+        yield from _episode(rng, horizon, control_period_s, image_size)
+
+
+def _episode(rng: np.random.Generator, horizon: int, control_period_s: float, image_size: int) -> Iterator[FakeSample]:
+    colour = list(COLOURS)[int(rng.integers(len(COLOURS)))]
+    kind = KINDS[int(rng.integers(len(KINDS)))]
+    xy = rng.uniform(0.1, 0.9, size=2)
+    target = np.concatenate([xy * 2 - 1, [0.5, -0.3, 1.0]]).astype(np.float32)
+    state = rng.uniform(-0.2, 0.2, size=STATE_DIM).astype(np.float32)
+    rate = 0.3 * control_period_s / 0.2
+    for step in range(STEPS):
+        phase = "move to" if step < STEPS // 2 else "grasp"
+        chunk, s = [], state.copy()
+        for _ in range(horizon):
+            s = s + rate * (target - s)
+            chunk.append(s.copy())
+        yield FakeSample(
+            images=(_image(image_size, xy, COLOURS[colour], 4), _image(image_size, xy, COLOURS[colour], 12)),
+            state=state.copy(),
+            actions=np.stack(chunk).astype(np.float32),
+            instruction=f"pick up the {colour} {kind}",
+            texts={"language": f"{phase} the {colour} {kind}", "memory": f"the {colour} {kind} is on the table"},
+        )
+        state = chunk[0]
