@@ -63,8 +63,9 @@ def format_table(records: list[dict], parts: dict, header: str, before: list[dic
     lines.append(
         f"parts: P (prefill, {parts['prefix_tokens']} positions) = {parts['prefill_s'] * 1e3:.1f} ms   "
         f"A (action chunk) = {parts['action_s'] * 1e3:.1f} ms   "
-        + (f"A_rtc (real-time chunking) = {parts['action_rtc_s'] * 1e3:.1f} ms "
-           f"({parts['action_rtc_s'] / parts['action_s']:.2f}x A)   " if "action_rtc_s" in parts else "")
+        + (f"A_rtc (real-time chunking, eager network) = {parts['action_rtc_s'] * 1e3:.1f} ms "
+           f"({parts['action_rtc_s'] / parts.get('action_eager_s', parts['action_s']):.2f}x eager A)   "
+           if "action_rtc_s" in parts else "")
         + "   ".join(f"D({b}) = {s * 1e3:.1f} ms" for b, s in sorted(d.items(), key=lambda kv: int(kv[0])))
     )
     if "action_eager_s" in parts:
