@@ -124,3 +124,37 @@ def test_a_failing_compiled_call_falls_back_once(caplog: pytest.LogCaptureFixtur
     assert len(calls) == 1 and not sampler.fused and "C++ compile error" in (sampler.failure or "")
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "long details" not in warnings[0]
+
+
+_COMPILE_ONCE = """
+import json, torch
+from torch._dynamo.utils import counters
+from oxygen_ros.model.compiled import FusedActionSampler
+from oxygen_ros.model.config import TINY
+from oxygen_ros.model.vla import Pi05Model
+torch.manual_seed(0)
+sampler = FusedActionSampler(Pi05Model(TINY).eval())
+sampler.warm_up()
+print(json.dumps({"fused": sampler.fused, "fx": dict(counters["inductor"]), "aot": dict(counters["aot_autograd"])}))
+"""
+
+
+@needs_compiler
+def test_the_compiled_network_is_cached_across_processes(tmp_path) -> None:  # noqa: ANN001
+    """A second start-up loads the compiled graph from inductor's on-disk caches instead of compiling it."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", _COMPILE_ONCE], capture_output=True, text=True, env=env, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    assert first["fused"] and second["fused"]
+    assert first["fx"].get("fxgraph_cache_miss", 0) >= 1 and not first["fx"].get("fxgraph_cache_bypass")
+    assert second["fx"].get("fxgraph_cache_hit", 0) >= 1 and not second["fx"].get("fxgraph_cache_miss")
+    assert second["aot"].get("autograd_cache_hit", 0) >= 1

@@ -1,5 +1,6 @@
 """Conformance on CUDA (skipped without a GPU; scripts/gpu_check.sh runs it): the model on the GPU gives the
-CPU's KV, actions and greedy text, also from CUDA graphs and through the engine with lanes (streams)."""
+CPU's KV, actions (plain and RTC-guided) and greedy text, also from CUDA graphs and through the engine with
+lanes (streams)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from engine_fixtures import decode_alone, make_frame, tiny_model
 from oxygen_ros.engine import Engine, TextTask, make_runner
 from oxygen_ros.engine.engine import EngineLanes
 from oxygen_ros.model.compiled import make_action_sampler
+from oxygen_ros.model.rtc import prefix_weights, sample_actions_rtc
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 LANGUAGE = TextTask("language", continuation=(11, 12, 13), every_n_frames=1, max_tokens=6)
@@ -31,6 +33,12 @@ def test_prefill_and_actions_match_the_cpu() -> None:
     for backend in ("eager", "cuda_graph"):
         got = make_action_sampler(gpu, backend)(kg[:, :n], vg[:, :n], noise)
         torch.testing.assert_close(got.cpu(), ref, rtol=1e-3, atol=1e-4)
+    # Real-time chunking (a VJP through the expert at every step) gives the CPU's guided chunk too.
+    target = torch.randn(noise.shape, generator=torch.Generator().manual_seed(3))
+    weights = prefix_weights(3, 8, cpu.config.action_horizon)
+    guided = sample_actions_rtc(cpu, k[:, :n], v[:, :n], noise, target, weights, beta=5.0)
+    got = sample_actions_rtc(gpu, kg[:, :n], vg[:, :n], noise, target, weights, beta=5.0)
+    torch.testing.assert_close(got.cpu(), guided, rtol=1e-3, atol=1e-4)
 
 
 def _streams(engine: Engine, frames) -> dict[int, list[int]]:  # noqa: ANN001

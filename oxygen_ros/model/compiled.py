@@ -3,16 +3,18 @@
 An eager action chunk is about 12k small ops (10 Euler steps x 18 layers of norms, projections, RoPE and
 attention on 10 tokens), so on a CPU it is bound by per-op dispatch, not arithmetic. Compiling one
 evaluation of the network (:meth:`Pi05Model.expert_network`, all layers) fuses the elementwise work between
-the matrix products into a few generated C++ loops and, with freezing, packs every weight for oneDNN once.
-The Euler loop around it stays eager (10 calls of the compiled step per chunk).
+the matrix products into a few generated C++ loops. The Euler loop around it stays eager (10 calls of the
+compiled step per chunk). Real-time chunking keeps the eager network: it needs a vector-Jacobian product.
 
 * Compilation happens in :meth:`FusedActionSampler.warm_up` (start-up, with a progress line), never on the
   control path. The prefix length is a dynamic dimension, so one compilation serves every prompt length.
-* Inductor's caches persist across runs (``TORCHINDUCTOR_CACHE_DIR``, by default under
-  ``~/.cache/oxygen_ros/inductor``): a second start-up reuses the generated kernels.
+* The weights stay inputs of the compiled graph, not frozen constants: inductor's graph caches (FX graph
+  and AOTAutograd, on disk under ``TORCHINDUCTOR_CACHE_DIR``, by default ``~/.cache/oxygen_ros/inductor``)
+  then hold the whole compiled network, and a later start-up only traces and loads it. Frozen weights
+  (``freezing``) packed for MKL are not picklable, so inductor refused to cache such a graph and every start
+  compiled from scratch; freezing gave no measurable speed-up of the chunk here (README, Performance).
 * If compiling fails (no C++ compiler, an unsupported op), one warning is logged and the eager network is
   used from then on. Results are the same up to floating-point rounding (tests bound the difference).
-* Frozen weights are constants of the compiled code: a sampler must be rebuilt if the weights change.
 
 ``plain_sampler`` is the eager path: ``Pi05Model.sample_actions`` unchanged, bit for bit.
 """
@@ -83,7 +85,6 @@ class FusedActionSampler:
             self._fail(reason)
             return
         use_persistent_cache()
-        self._freeze = model.device.type == "cpu"
         self._compiled = torch.compile(model.expert_network, fullgraph=True, dynamic=False)
 
     @property
@@ -104,9 +105,7 @@ class FusedActionSampler:
         for t in (*ks, *vs):
             torch._dynamo.mark_dynamic(t, 1)
         # The first step's x_t comes from outside inference mode; a clone makes every call's input alike.
-        # Inductor reads its freezing switch outside the per-compile options, hence the patch around the call.
-        with torch._inductor.config.patch(freezing=self._freeze):
-            return self._compiled(x_t.clone(), ks, vs, cos, sin, mods, prefix_bias)
+        return self._compiled(x_t.clone(), ks, vs, cos, sin, mods, prefix_bias)
 
     def __call__(self, prefix_k: Tensor, prefix_v: Tensor, noise: Tensor) -> Tensor:
         if self._compiled is None:
