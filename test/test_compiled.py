@@ -1,16 +1,27 @@
 """The fused action chunk (torch.compile): the same fidelity checks as the eager network, one compilation for
-every prefix length and pool, and a clean eager fallback with one warning."""
+every prefix length and pool, a clean eager fallback with one warning, the compiled network cached across
+processes, and real-time chunking (eager network, VJP) beside it in the engine."""
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
+from engine_fixtures import make_frame
+from oxygen_ros.engine import Engine
+from oxygen_ros.engine.engine import EngineLanes
+from oxygen_ros.engine.types import ChunkGuide
 from oxygen_ros.model import compiled
 from oxygen_ros.model.compiled import FusedActionSampler, compiler_available, make_action_sampler
 from oxygen_ros.model.config import TINY
+from oxygen_ros.model.rtc import prefix_weights, sample_actions_rtc
 from oxygen_ros.model.vla import Pi05Model
 
 needs_compiler = pytest.mark.skipif(compiler_available() is not None, reason="inductor needs a C++ compiler")
@@ -140,13 +151,8 @@ print(json.dumps({"fused": sampler.fused, "fx": dict(counters["inductor"]), "aot
 
 
 @needs_compiler
-def test_the_compiled_network_is_cached_across_processes(tmp_path) -> None:  # noqa: ANN001
+def test_the_compiled_network_is_cached_across_processes(tmp_path: Path) -> None:
     """A second start-up loads the compiled graph from inductor's on-disk caches instead of compiling it."""
-    import json
-    import os
-    import subprocess
-    import sys
-
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
     runs = []
     for _ in range(2):
@@ -158,3 +164,30 @@ def test_the_compiled_network_is_cached_across_processes(tmp_path) -> None:  # n
     assert first["fx"].get("fxgraph_cache_miss", 0) >= 1 and not first["fx"].get("fxgraph_cache_bypass")
     assert second["fx"].get("fxgraph_cache_hit", 0) >= 1 and not second["fx"].get("fxgraph_cache_miss")
     assert second["aot"].get("autograd_cache_hit", 0) >= 1
+
+
+@needs_compiler
+def test_engine_with_the_fused_chunk_keeps_real_time_chunking(fused: dict[str, FusedActionSampler]) -> None:
+    """Plain chunks go through the compiled network; guided (RTC) chunks through the eager one and its VJP,
+    exactly as in an engine without the compiled path, on lanes as well."""
+    sampler = fused["causal_text"]
+    model, h = sampler.model, TINY.action_horizon
+    lanes = EngineLanes("cpu")
+    try:
+        engine = Engine(model, action_sampler=sampler, lanes=lanes)
+        prefix, _ = engine.prefill(make_frame(TINY, 3))
+        try:
+            k, v = engine.kv.pool.view_k(prefix.extent), engine.kv.pool.view_v(prefix.extent)
+            noise = engine.sample_noise()
+            guide = ChunkGuide(torch.randn(h, TINY.action_dim), prefix_weights(2, h, h), beta=5.0)
+            plain, _ = engine.act(prefix, noise)
+            guided, _ = engine.act(prefix, noise, guide)
+            torch.testing.assert_close(plain, model.sample_actions(k, v, noise), rtol=1e-4, atol=1e-5)
+            reference = sample_actions_rtc(model, k, v, noise, guide.target, guide.weights, guide.beta)
+            torch.testing.assert_close(guided, reference, rtol=1e-5, atol=1e-6)  # the lane has its own thread count
+            assert not torch.allclose(plain, guided)
+        finally:
+            engine.kv.release(prefix)
+    finally:
+        lanes.close()
+    assert sampler.fused, sampler.failure
