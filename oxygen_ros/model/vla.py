@@ -220,17 +220,14 @@ class Pi05Model(nn.Module):
         x, _ = self.action_norm(x, mods[-1:])
         return self._velocity(x)
 
-    def expert_velocity(
-        self, x_t: Tensor, prefix_k: Tensor, prefix_v: Tensor, schedule: DenoiseSchedule, step: int,
-        network: VelocityFn | None = None,
-    ) -> Tensor:
-        """The flow velocity v(x_t, t_step) from the action expert alone, reading the prefix KV in place.
+    def expert_velocity(self, x_t: Tensor, prefix_k: Tensor, prefix_v: Tensor, schedule: DenoiseSchedule, step: int) -> Tensor:
+        """The flow velocity v(x_t, t_step) from the action expert alone (the eager :meth:`expert_network`),
+        reading the prefix KV in place.
 
         x_t [1, H, A] float32; prefix_k/v [L, 1, T, Hkv, D]. Differentiable in x_t when called outside
-        inference mode with the eager network (real-time chunking takes a vector-Jacobian product through it);
-        the weights are frozen. ``network`` replaces :meth:`expert_network` (e.g. its compiled form).
+        inference mode (real-time chunking takes a vector-Jacobian product through it); the weights are frozen.
         """
-        return (network or self.expert_network)(x_t, prefix_k, prefix_v, schedule.cos, schedule.sin, schedule.mods[step])
+        return self.expert_network(x_t, prefix_k, prefix_v, schedule.cos, schedule.sin, schedule.mods[step])
 
     @torch.inference_mode()
     def sample_actions(
