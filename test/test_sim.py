@@ -8,12 +8,13 @@ import pytest
 from oxygen_ros.sim.dataset import (
     CAMERA_NAMES, STATE_DIM, TRAIN_SEED_BASE, episode_samples, expert_episode, expert_samples, training_seeds, vocabulary,
 )  # fmt: skip
-from oxygen_ros.sim.episode import EpisodeSpec
+from oxygen_ros.sim.episode import EpisodeSpec, SimEpisode
 from oxygen_ros.sim.evaluate import eval_specs
 from oxygen_ros.sim.expert import SUBTASKS, expert_chunk, memory_text, subtask_text, track
 from oxygen_ros.sim.render import render
+from oxygen_ros.runtime.trajectory import trajectory_points
 from oxygen_ros.sim.scene import (
-    GRIPPER_OPEN_M, JOINT_LOWER, JOINT_UPPER, LIFT_SUCCESS_M, MAX_VELOCITY, Scene, fingertip, inverse_kinematics,
+    GRIPPER_OPEN_M, JOINT_LOWER, JOINT_NAMES, JOINT_UPPER, LIFT_SUCCESS_M, MAX_VELOCITY, Scene, fingertip, inverse_kinematics,
 )  # fmt: skip
 
 
@@ -159,3 +160,27 @@ def test_episode_runner_sequences_episodes_on_a_live_clock() -> None:
     assert events[0].duration_s == pytest.approx(1.0) and events[1].spec == specs[1]
     runner.update(t0 + 3.2)
     assert runner.finished and runner.episode is None and len(runner.outcomes) == 2
+
+
+def test_the_table_stops_the_arm_and_the_follower_continues_from_there() -> None:
+    """A trajectory that would push the fingertips through the table leaves them on the table top; moving up
+    again starts from where the arm was stopped, with no jump."""
+    spec = EpisodeSpec.from_seed(4)
+    episode = SimEpisode(spec, 0.2)
+    start = episode.scene.q.copy()
+    below = inverse_kinematics(np.array([0.3, 0.0, 0.02]))
+    assert below is not None
+    deep = below.copy()
+    deep[1] -= 0.5  # the shoulder far down: the fingertips would end ~15 cm under the table top
+    assert fingertip(deep)[2] < -0.1
+    down = np.stack([np.concatenate([deep, [start[3]]])] * 2)
+    episode.deliver(trajectory_points(down, JOINT_NAMES, 1.5)[0])
+    episode.advance(4.0)
+    assert -1e-6 <= episode.scene.tip[2] < 0.01  # resting on the table, not under it
+    rest = episode.scene.q.copy()
+    up = np.stack([np.concatenate([below, [start[3]]])] * 2)
+    episode.deliver(trajectory_points(up, JOINT_NAMES, 0.5)[0])
+    episode.advance(4.02)  # one physics step: the joints move at most their velocity limit from the rest pose
+    assert np.all(np.abs(episode.scene.q[:3] - rest[:3]) <= MAX_VELOCITY[:3] * 0.02 + 1e-9)
+    episode.advance(6.0)
+    np.testing.assert_allclose(episode.scene.q[:3], below, atol=1e-6)

@@ -108,6 +108,30 @@ def test_training_forward_equals_inference(tmp_path: Path, tiny_preset: ModelCon
             at += stream.numel()
 
 
+def test_flow_samples_are_independent_groups_over_one_prefix(tmp_path: Path, tiny_preset: ModelConfig) -> None:
+    """K noise draws in one joint pass: each group's velocity == the single-group pass on that draw (groups
+    never see each other), and the text hidden states do not change."""
+    runtime, data, _ = prepare(small_config(tiny_preset), fake_expert_samples, tmp_path)
+    model, cfg = runtime.model, runtime.model.config
+    index = torch.tensor([0, 3])
+    single = make_batch(data, index, cfg.tokens_per_image, cfg.pad_token_id)
+    grouped = make_batch(data, index, cfg.tokens_per_image, cfg.pad_token_id, flow_samples=3)
+    h = cfg.action_horizon
+    gen = torch.Generator().manual_seed(1)
+    x_t = torch.randn(2, 3 * h, cfg.action_dim, generator=gen)
+    times = torch.tensor([0.25, 0.9])
+    with torch.no_grad():
+        hidden_k, velocity_k = joint_forward(model, grouped, x_t, times)
+        for g in range(3):
+            hidden_1, velocity_1 = joint_forward(model, single, x_t[:, g * h : (g + 1) * h], times)
+            torch.testing.assert_close(velocity_k[:, g * h : (g + 1) * h], velocity_1, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(hidden_k, hidden_1, rtol=1e-4, atol=1e-5)
+    losses = compute_losses(model, grouped, torch.Generator().manual_seed(0))
+    assert torch.isfinite(losses.flow) and losses.flow > 0
+    with pytest.raises(ValueError, match="flow_samples"):
+        make_batch(data, index, cfg.tokens_per_image, cfg.pad_token_id, flow_samples=0)
+
+
 def _extend_hidden(model, images, slots, prompt, stream) -> torch.Tensor:
     """Inference path: prefill into a KV buffer, then feed ``stream`` one token at a time with ``extend``."""
     cfg = model.config

@@ -17,7 +17,7 @@ from oxygen_ros.runtime.trajectory import TimedTrajectory
 from .expert import SUBSTEP_S, instruction_for, memory_text, object_names, subtask_text
 from .follower import TrajectoryFollower, TrajectoryRejected
 from .render import render_views
-from .scene import JOINT_LOWER, JOINT_NAMES, JOINT_UPPER, MAX_VELOCITY, Scene
+from .scene import ARM_JOINTS, JOINT_LOWER, JOINT_NAMES, JOINT_UPPER, MAX_VELOCITY, Scene
 
 DEFAULT_TIME_LIMIT_S = 12.0
 
@@ -129,6 +129,7 @@ class SimEpisode:
             self._steps += 1
             self.time_s = end
             self.scene.apply(self.follower.update(end))
+            self.follower.block(self.scene.q, ARM_JOINTS)  # the table may have stopped the arm
             self.joint_log.append(self.scene.q.copy())
             if self.success_time_s is None and self.target is not None and self.scene.lifted(self.target):
                 self.success_time_s = self.time_s

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from oxygen_ros.model.vla import Pi05Model
 
-from .batch import IGNORE, Batch, attention_mask
+from .batch import IGNORE, Batch, action_groups, attention_mask
 
 
 @dataclass
@@ -47,13 +47,14 @@ def _modulations(model: Pi05Model, times: Tensor) -> tuple[list[tuple[Tensor, Te
 
 
 def joint_forward(model: Pi05Model, batch: Batch, x_t: Tensor, times: Tensor) -> tuple[Tensor, Tensor]:
-    """Both experts over the whole joint sequence → (text hidden [B, T, Wb] final-normed, velocity [B, H, A])."""
+    """Both experts over the whole joint sequence → (text hidden [B, T, Wb] final-normed, velocity [B, K·H, A]);
+    x_t [B, K·H, A] holds the K flow samples' noisy chunks, all at the sample's time ``times`` [B]."""
     cfg = model.config
     b = batch.size
     feats = model.multi_modal_projector(model.vision_tower(batch.images.to(model.dtype)))
     xb = torch.cat((feats.reshape(b, -1, feats.shape[-1]), model.embed_text(batch.tokens)), dim=1)
     xa = model.action_in_proj(x_t.to(model.dtype))
-    mask = attention_mask(batch.kinds, batch.positions, cfg.prefix_attention == "causal_text")
+    mask = attention_mask(batch.kinds, batch.positions, cfg.prefix_attention == "causal_text", action_groups(batch))
     cos, sin = model.rope.cos_sin(batch.positions, model.dtype)
     layer_mods, final_mod = _modulations(model, times)
     for layer, mods in zip(model.layers, layer_mods):
@@ -66,8 +67,9 @@ def joint_forward(model: Pi05Model, batch: Batch, x_t: Tensor, times: Tensor) ->
 def compute_losses(
     model: Pi05Model, batch: Batch, generator: torch.Generator, text_weight: float = 1.0, flow_weight: float = 1.0
 ) -> Losses:
-    """Both losses from one joint forward (the prefix is computed once and shared by them)."""
-    actions = batch.actions
+    """Both losses from one joint forward (the prefix is computed once and shared by them and by the batch's
+    K flow samples: K noise draws per sample at one flow time, since the time conditions the whole action stream)."""
+    actions = batch.actions.repeat(1, batch.flow_samples, 1)
     noise = torch.randn(actions.shape, generator=generator)
     times = sample_flow_time(batch.size, generator)
     t = times.view(-1, 1, 1)

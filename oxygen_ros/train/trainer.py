@@ -52,6 +52,7 @@ class TrainConfig:
     weight_decay: float = 1e-4
     grad_clip: float = 1.0
     flow_weight: float = 1.0
+    flow_samples: int = 1  # noise draws per sample sharing one prefix forward (see batch.py)
     text_weight: float = 1.0
     control_period_s: float = 0.2
     preset: str = "demo"
@@ -183,7 +184,7 @@ def train(
         for group in optimizer.param_groups:
             group["lr"] = lr
         index = torch.randint(len(data), (cfg.batch_size,), generator=generator)
-        batch = make_batch(data, index, c.tokens_per_image, c.pad_token_id)
+        batch = make_batch(data, index, c.tokens_per_image, c.pad_token_id, cfg.flow_samples)
         losses = compute_losses(model, batch, generator, cfg.text_weight, cfg.flow_weight)
         optimizer.zero_grad(set_to_none=True)
         losses.total.backward()
