@@ -207,3 +207,20 @@ def test_delta_action_targets_invert_to_the_expert_chunk(tmp_path: Path, tiny_pr
     mask = np.array(cfg.delta_mask(STATE_DIM))
     restored = runtime.normalizer.unnormalize_actions(data.actions[0].numpy()) + np.where(mask, sample.state, 0.0)
     np.testing.assert_allclose(restored, sample.actions, atol=1e-4)
+
+
+def test_the_weight_average_warms_up_then_follows_its_decay() -> None:
+    """ema_model: the first update copies, then decay min(d, (1 + n) / (10 + n)) per update."""
+    from oxygen_ros.train.trainer import ema_model
+
+    model = torch.nn.Linear(1, 1, bias=False)
+    ema = ema_model(model, 0.5)
+    expected = None
+    for n, value in enumerate([1.0, 3.0, -2.0, 5.0]):
+        with torch.no_grad():
+            model.weight.fill_(value)
+        ema.update_parameters(model)
+        d = min(0.5, (1.0 + n) / (10.0 + n))
+        expected = value if expected is None else expected * d + value * (1.0 - d)
+        assert float(ema.module.weight) == pytest.approx(expected)
+    assert float(ema.module.weight) != float(model.weight)

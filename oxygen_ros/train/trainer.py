@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from torch import nn
+from torch import Tensor, nn
+from torch.optim.swa_utils import AveragedModel
 from tqdm import tqdm
 
 from oxygen_ros.model.checkpoint import save_checkpoint
@@ -63,6 +64,7 @@ class TrainConfig:
     dtype: str = "float32"  # stored weights: float32 or bfloat16
     save_every: int = 0  # also write the checkpoint every this many steps (0 = only at the end)
     delta_actions: bool = True  # arm joints relative to the state, gripper absolute (openpi's DeltaActions)
+    ema_decay: float = 0.99  # the checkpoint holds an exponential moving average of the weights (0 = the last weights)
 
     def model_config(self) -> ModelConfig:
         return self.model or preset(self.preset)
@@ -110,6 +112,17 @@ def init_weights(model: Pi05Model) -> None:
     vision = model.config.vision
     with torch.no_grad():
         model.vision_tower.position_embedding.weight.copy_(sincos_2d(vision.image_size // vision.patch_size, vision.width))
+
+
+def ema_model(model: Pi05Model, decay: float) -> AveragedModel:
+    """A moving average of ``model``'s weights (as diffusion policies keep), its decay warming up as
+    min(decay, (1 + n) / (10 + n)) so the first weights do not linger in short runs."""
+
+    def average(avg: Tensor, current: Tensor, n: Tensor) -> Tensor:
+        d = min(decay, (1.0 + float(n)) / (10.0 + float(n)))
+        return avg * d + current * (1.0 - d)
+
+    return AveragedModel(model, avg_fn=average)
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -176,6 +189,8 @@ def train(
     )
     generator = torch.Generator().manual_seed(cfg.seed)
     c = model.config
+    ema = ema_model(model, cfg.ema_decay) if cfg.ema_decay > 0 else None
+    saved = model if ema is None else ema.module
     history: dict[str, list[float]] = {"total": [], "flow": [], "text": [], "lr": []}
     t1 = time.perf_counter()
     bar = tqdm(range(cfg.steps), desc="train", disable=not progress, dynamic_ncols=True)
@@ -190,16 +205,19 @@ def train(
         losses.total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
+        if ema is not None:
+            ema.update_parameters(model)
         for key, value in (("total", losses.total), ("flow", losses.flow), ("text", losses.text)):
             history[key].append(float(value.detach()))
         history["lr"].append(lr)
         bar.set_postfix(flow=f"{history['flow'][-1]:.4f}", text=f"{history['text'][-1]:.3f}", lr=f"{lr:.1e}")
         if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
-            _save_weights(model, out, stats, cfg.delta_mask(c.action_dim))
+            _save_weights(saved, out, stats, cfg.delta_mask(c.action_dim))
     train_seconds = time.perf_counter() - t1
     model.eval().requires_grad_(False)
+    saved.eval().requires_grad_(False)
     result = TrainResult(out, history, len(data), data_seconds, train_seconds)
-    save_outputs(cfg, result, model, stats)
+    save_outputs(cfg, result, saved, stats)
     return result
 
 
