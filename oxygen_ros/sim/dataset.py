@@ -23,14 +23,15 @@ from .scene import ARM_JOINTS, JOINT_LOWER, JOINT_NAMES, JOINT_UPPER, STATE_DIM
 
 __all__ = [
     "CAMERA_NAMES", "CONTROL_PERIOD_S", "DemoSample", "EVAL_SEED_LIMIT", "HORIZON", "JOINT_NAMES", "STATE_DIM",
-    "TASK_NAMES", "TRAIN_SEED_BASE", "expert_samples", "vocabulary",
+    "TASK_NAMES", "TRAINING_TASK_NAMES", "TRAIN_SEED_BASE", "expert_samples", "vocabulary",
 ]  # fmt: skip
 
 CONTROL_PERIOD_S = 0.2  # the demo's control rate: 5 Hz
 HORIZON = 10
 TRAIN_SEED_BASE = 1_000_000  # training episodes use seeds >= this ...
 EVAL_SEED_LIMIT = TRAIN_SEED_BASE  # ... held-out evaluation seeds are in [0, EVAL_SEED_LIMIT)
-TASK_NAMES = ("language", "memory")  # the text tasks (config/demo.yaml) and the keys of DemoSample.texts
+TASK_NAMES = ("language", "memory")  # the text tasks the demo serves (config/demo_policy.yaml)
+TRAINING_TASK_NAMES = (*TASK_NAMES, "location")  # the keys of DemoSample.texts: + the co-training localization
 EXTRA_TICKS_AFTER_SUCCESS = 2  # keep demonstrating the lift a little past the success instant
 
 CLEAN_SHARE = 0.3  # episodes executed without noise
@@ -46,7 +47,7 @@ class DemoSample:
     state: np.ndarray  # [STATE_DIM] float32: arm joint positions + gripper opening
     actions: np.ndarray  # [horizon, STATE_DIM] float32: absolute joint targets at t + (i + 1)·dt
     instruction: str  # e.g. "pick up the red cup"
-    texts: dict[str, str]  # {"language": current subtask, "memory": scene note}
+    texts: dict[str, str]  # {"language": current subtask, "memory": scene note, "location": "far left"}
 
 
 def vocabulary() -> list[str]:
@@ -94,7 +95,7 @@ def episode_samples(episode_seed: int, horizon: int, control_period_s: float, im
             state=episode.state,
             actions=actions,
             instruction=spec.instruction,
-            texts={"language": episode.subtask or "", "memory": episode.memory or ""},
+            texts={"language": episode.subtask or "", "memory": episode.memory or "", "location": episode.location or ""},
         )
         executed = actions.astype(np.float64)
         if scale and rng.random() < NOISY_TICK_P:  # this tick the robot goes somewhere else than told

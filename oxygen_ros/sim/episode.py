@@ -14,7 +14,7 @@ import numpy as np
 
 from oxygen_ros.runtime.trajectory import TimedTrajectory
 
-from .expert import SUBSTEP_S, instruction_for, memory_text, object_names, subtask_text
+from .expert import SUBSTEP_S, instruction_for, location_text, memory_text, object_names, subtask_text
 from .follower import TrajectoryFollower, TrajectoryRejected
 from .render import render_views
 from .scene import ARM_JOINTS, JOINT_LOWER, JOINT_NAMES, JOINT_UPPER, MAX_VELOCITY, Scene
@@ -93,6 +93,10 @@ class SimEpisode:
     @property
     def memory(self) -> str | None:
         return memory_text(self.scene, self.target)
+
+    @property
+    def location(self) -> str | None:
+        return location_text(self.scene, self.target)
 
     @property
     def done(self) -> bool:

@@ -40,6 +40,13 @@ TOKENIZER_FILE = "tokenizer.model"
 SUMMARY_FILE = "train_summary.json"
 
 
+def training_tasks() -> list[TaskConfig]:
+    """The tasks the demo serves, plus localization co-training (as pi0.5 co-trains on object localization):
+    " Where:" → where the named object stands ("far left"). It grounds the instruction's object in the
+    images with a direct signal; a node may serve it too (its prompt is in the checkpoint's training)."""
+    return [*default_tasks(), TaskConfig("location", " Where:", every_n_frames=10, max_tokens=6)]
+
+
 @dataclass
 class TrainConfig:
     steps: int = 2000
@@ -58,7 +65,7 @@ class TrainConfig:
     control_period_s: float = 0.2
     preset: str = "demo"
     model: ModelConfig | None = None  # overrides the preset (tests)
-    tasks: list[TaskConfig] = field(default_factory=default_tasks)
+    tasks: list[TaskConfig] = field(default_factory=training_tasks)
     prompt_format: str = "pi05_state"
     threads: int = 1  # torch threads (one: fastest on a shared machine, and results independent of the core count)
     dtype: str = "float32"  # stored weights: float32 or bfloat16
