@@ -74,11 +74,13 @@ def test_checkpoint_runs_in_the_policy_runtime(tmp_path: Path, tiny_preset: Mode
     assert any(e.final for e in events)
 
 
-def test_training_forward_equals_inference(tmp_path: Path, tiny_preset: ModelConfig) -> None:
+@pytest.mark.parametrize("prefix_attention", ["causal_text", "bidirectional"])
+def test_training_forward_equals_inference(tmp_path: Path, tiny_preset: ModelConfig, prefix_attention: str) -> None:
     """Velocity of the joint training pass == the model's uncached reference; text hidden states of each
     task == prefill + token-by-token extend from the cached prefix (two samples of different prompt lengths,
-    so padding and masks are exercised)."""
-    runtime, data, _ = prepare(small_config(tiny_preset), fake_expert_samples, tmp_path)
+    so padding and masks are exercised), for OxyGen's causal prompt and openpi's bidirectional prefix."""
+    model_config = dataclasses.replace(tiny_preset, prefix_attention=prefix_attention)
+    runtime, data, _ = prepare(small_config(model_config), fake_expert_samples, tmp_path)
     model = runtime.model
     cfg = model.config
     # Two samples whose prompts differ in length.

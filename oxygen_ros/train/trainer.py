@@ -44,7 +44,7 @@ def training_tasks() -> list[TaskConfig]:
     """The tasks the demo serves, plus localization co-training (as pi0.5 co-trains on object localization):
     " Where:" → where the named object stands ("far left"). It grounds the instruction's object in the
     images with a direct signal; a node may serve it too (its prompt is in the checkpoint's training)."""
-    return [*default_tasks(), TaskConfig("location", " Where:", every_n_frames=10, max_tokens=6)]
+    return [*default_tasks(), TaskConfig("location", " Where:", every_n_frames=10, max_tokens=12)]
 
 
 @dataclass
