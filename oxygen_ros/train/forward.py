@@ -6,7 +6,8 @@ so training and inference share weights and math. Losses (openpi π0/π0.5 and O
 
 * flow matching: t ~ Beta(1.5, 1)·0.999 + 0.001, x_t = t·noise + (1 − t)·actions, target u = noise − actions,
   MSE against the action expert's velocity;
-* next-token cross-entropy on each text task's target after its continuation prompt.
+* next-token cross-entropy on each text task's target after its continuation prompt, averaged per task and
+  then over the tasks.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from torch import Tensor
 
 from oxygen_ros.model.vla import Pi05Model
 
-from .batch import IGNORE, Batch, action_groups, attention_mask
+from .batch import FIRST_TASK, IGNORE, Batch, action_groups, attention_mask
 
 
 @dataclass
@@ -79,5 +80,11 @@ def compute_losses(
     flow = F.mse_loss(velocity, target)
     rows = batch.labels != IGNORE
     logits = model.lm_logits(hidden[rows]).float()
-    text = F.cross_entropy(logits, batch.labels[rows])
+    per_token = F.cross_entropy(logits, batch.labels[rows], reduction="none")
+    # Each task's mean over its tokens, then the mean over tasks: a three-token answer (localization) weighs
+    # as much as a twenty-token note.
+    task = batch.kinds[:, batch.num_image_tokens : batch.num_image_tokens + batch.labels.shape[1]][rows] - FIRST_TASK
+    sums = torch.zeros(int(task.max()) + 1).index_add_(0, task, per_token)
+    counts = torch.bincount(task, minlength=sums.numel())
+    text = (sums[counts > 0] / counts[counts > 0]).mean()
     return Losses(flow_weight * flow + text_weight * text, flow, text)
