@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -184,3 +186,27 @@ def test_the_table_stops_the_arm_and_the_follower_continues_from_there() -> None
     assert np.all(np.abs(episode.scene.q[:3] - rest[:3]) <= MAX_VELOCITY[:3] * 0.02 + 1e-9)
     episode.advance(6.0)
     np.testing.assert_allclose(episode.scene.q[:3], below, atol=1e-6)
+
+
+def test_samples_show_their_scene_in_random_colours_with_matching_texts() -> None:
+    """Colour randomization: per sample the objects are repainted by one permutation; the instruction and the
+    texts name the new colours, the geometry (state, actions, where the object stands) is the scene's own."""
+    from oxygen_ros.sim.dataset import _recoloured_sample
+    from oxygen_ros.sim.scene import COLOURS
+
+    episode = SimEpisode(EpisodeSpec.from_seed(TRAIN_SEED_BASE + 5))
+    actions = expert_chunk(episode.scene, episode.target, 10, 0.2)
+    same = _recoloured_sample(episode, actions, None, 64)
+    assert same.instruction == episode.spec.instruction and same.texts["language"] == episode.subtask
+    swap = np.arange(len(COLOURS))[::-1].copy()  # red <-> yellow, blue <-> green
+    other = _recoloured_sample(episode, actions, swap, 64)
+    target = episode.scene.objects[episode.target]
+    new_colour = COLOURS[int(swap[COLOURS.index(target.colour)])]
+    assert other.instruction == episode.spec.instruction.replace(target.colour, new_colour)
+    assert other.texts["language"] == episode.subtask.replace(target.colour, new_colour)
+    assert other.texts["location"] == same.texts["location"]  # the same place
+    assert np.array_equal(other.actions, actions) and np.array_equal(other.state, same.state)
+    assert not np.array_equal(other.images[0], same.images[0])  # repainted
+    assert [o.colour for o in episode.scene.objects] == [o.colour for o in SimEpisode(episode.spec).scene.objects]
+    samples = list(itertools.islice(episode_samples(TRAIN_SEED_BASE + 5, 10, 0.2, 64), 12))
+    assert len({s.instruction for s in samples}) > 1  # colours differ between the samples of one episode
