@@ -210,3 +210,22 @@ def test_samples_show_their_scene_in_random_colours_with_matching_texts() -> Non
     assert [o.colour for o in episode.scene.objects] == [o.colour for o in SimEpisode(episode.spec).scene.objects]
     samples = list(itertools.islice(episode_samples(TRAIN_SEED_BASE + 5, 10, 0.2, 64), 12))
     assert len({s.instruction for s in samples}) > 1  # colours differ between the samples of one episode
+
+
+def test_detour_episodes_visit_another_object_first_and_are_labelled_with_the_named_one(monkeypatch) -> None:  # noqa: ANN001
+    """With a detour the robot reaches above another object first, while the labels keep naming the target;
+    then it heads for the target and the episode still succeeds."""
+    from oxygen_ros.sim import dataset
+
+    monkeypatch.setattr(dataset, "DETOUR_P", 1.0)
+    seed = TRAIN_SEED_BASE + 11
+    spec = EpisodeSpec.from_seed(seed)
+    samples = list(episode_samples(seed, 10, 0.2, 64, noisy=False, recolour=False))
+    scene = Scene.random(seed)
+    target = scene.find(spec.target_name)
+    tips = [fingertip(s.state) for s in samples]
+    others = [o for i, o in enumerate(scene.objects) if i != target]
+    nearest_other = min(min(np.hypot(*(t[:2] - o.position[:2])) for o in others) for t in tips)
+    assert nearest_other < 0.03  # it went to another object first
+    assert all(s.texts["language"].endswith(spec.target_name) for s in samples)  # labels name the target
+    assert samples[-1].texts["language"] == f"lift the {spec.target_name}"  # and it picked the target up

@@ -6,6 +6,11 @@ robot executes the expert's chunks with injected noise (a random offset that gro
 and then a chunk that never arrives), while every sample is labelled with the expert's correction from the
 state the robot is really in (DAgger-style), so a cloned policy learns to recover from its own errors.
 
+Detours: in DETOUR_P of the episodes the robot first executes the expert's way to another object (until it
+is above it) while every sample is still labelled with the way to the named one. Without them the arm's own
+pose tells where the named object is (the expert always heads for it), and a cloned policy learns to follow
+its arm rather than the instruction; a policy that has wandered to the wrong object must know to leave it.
+
 Colour randomization: each sample shows its scene with the object colours permuted at random (the images,
 the instruction and the texts all use the new colours; geometry and actions are unchanged, since the expert
 never looks at colours). A scene's layout then no longer predicts which object is meant: the policy has to
@@ -22,7 +27,7 @@ import numpy as np
 from oxygen_ros.runtime.trajectory import trajectory_points
 
 from .episode import EpisodeSpec, SimEpisode
-from .expert import all_texts, expert_chunk, location_text, memory_text, subtask_text
+from .expert import all_texts, expert_chunk, location_text, memory_text, subtask_index, subtask_text
 from .render import CAMERA_NAMES, render_views
 from .scene import ARM_JOINTS, COLOURS, JOINT_LOWER, JOINT_NAMES, JOINT_UPPER, STATE_DIM, Scene
 
@@ -46,7 +51,8 @@ CLEAN_SHARE = 0.3  # episodes executed without noise
 NOISE_RAD = (0.01, 0.06)  # range of the per-episode arm noise scale (rad, on the executed chunk)
 NOISY_TICK_P = 0.5  # share of a noisy episode's ticks whose executed chunk is offset
 GRIPPER_NOISE_M = 0.02
-DROP_CHUNK_P = 0.08  # a chunk that never reaches the robot (the previous one keeps running)
+DROP_CHUNK_P = 0.08
+DETOUR_P = 0.4  # episodes whose robot first heads for another object, labelled with the way to the named one  # a chunk that never reaches the robot (the previous one keeps running)
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,14 @@ def _recoloured_sample(episode: SimEpisode, actions: np.ndarray, permutation: np
     )
 
 
+def _decoy(episode: SimEpisode, rng: np.random.Generator) -> int | None:
+    """The object a detour episode first heads for instead of the named one (None: no detour)."""
+    others = [i for i in range(len(episode.scene.objects)) if i != episode.target]
+    if episode.target is None or not others or rng.random() >= DETOUR_P:
+        return None
+    return others[int(rng.integers(len(others)))]
+
+
 def episode_samples(episode_seed: int, horizon: int, control_period_s: float, image_size: int,
                     noisy: bool | None = None, recolour: bool = True) -> Iterator[DemoSample]:
     """The samples of one episode (noise on unless ``noisy`` says otherwise or the seed draws a clean one;
@@ -115,10 +129,13 @@ def episode_samples(episode_seed: int, horizon: int, control_period_s: float, im
     clean = rng.random() < CLEAN_SHARE if noisy is None else not noisy
     scale = 0.0 if clean else rng.uniform(*NOISE_RAD)
     extra = EXTRA_TICKS_AFTER_SUCCESS
+    decoy = _decoy(episode, rng)
     while extra >= 0 and episode.time_s < episode.time_limit_s - 1e-9:
         actions = expert_chunk(episode.scene, episode.target, horizon, control_period_s)
         yield _recoloured_sample(episode, actions, rng.permutation(len(COLOURS)) if recolour else None, image_size)
-        executed = actions.astype(np.float64)
+        if decoy is not None and subtask_index(episode.scene, decoy) != 0:
+            decoy = None  # above the decoy: the detour ends, the robot heads for the named object from here
+        executed = (actions if decoy is None else expert_chunk(episode.scene, decoy, horizon, control_period_s)).astype(np.float64)
         if scale and rng.random() < NOISY_TICK_P:  # this tick the robot goes somewhere else than told
             offset = np.zeros(STATE_DIM)
             offset[:ARM_JOINTS] = rng.normal(0.0, scale, ARM_JOINTS)

@@ -49,18 +49,18 @@ def training_tasks() -> list[TaskConfig]:
 
 @dataclass
 class TrainConfig:
-    steps: int = 2000
+    steps: int = 2400
     seed: int = 0
-    samples: int = 6000  # expert samples, generated before training
+    samples: int = 16000  # expert samples, generated before training
     data_workers: int = 2  # processes generating them (part of what makes the data: keep it fixed)
     batch_size: int = 32
-    lr: float = 1e-3
+    lr: float = 2e-3
     min_lr_ratio: float = 0.05  # cosine decay ends at lr * this
     warmup_steps: int = 100
     weight_decay: float = 1e-4
     grad_clip: float = 1.0
     flow_weight: float = 1.0
-    flow_samples: int = 1  # noise draws per sample sharing one prefix forward (see batch.py)
+    flow_samples: int = 4  # noise draws per sample sharing one prefix forward (see batch.py)
     text_weight: float = 1.0
     control_period_s: float = 0.2
     preset: str = "demo"
