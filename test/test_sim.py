@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
 from oxygen_ros.sim.dataset import (
     CAMERA_NAMES, STATE_DIM, TRAIN_SEED_BASE, episode_samples, expert_episode, expert_samples, training_seeds, vocabulary,
 )  # fmt: skip
-from oxygen_ros.sim.episode import EpisodeSpec
+from oxygen_ros.sim.episode import EpisodeSpec, SimEpisode
 from oxygen_ros.sim.evaluate import eval_specs
 from oxygen_ros.sim.expert import SUBTASKS, expert_chunk, memory_text, subtask_text, track
 from oxygen_ros.sim.render import render
+from oxygen_ros.runtime.trajectory import trajectory_points
 from oxygen_ros.sim.scene import (
-    GRIPPER_OPEN_M, JOINT_LOWER, JOINT_UPPER, LIFT_SUCCESS_M, MAX_VELOCITY, Scene, fingertip, inverse_kinematics,
+    GRIPPER_OPEN_M, JOINT_LOWER, JOINT_NAMES, JOINT_UPPER, LIFT_SUCCESS_M, MAX_VELOCITY, Scene, fingertip, inverse_kinematics,
 )  # fmt: skip
 
 
@@ -159,3 +162,70 @@ def test_episode_runner_sequences_episodes_on_a_live_clock() -> None:
     assert events[0].duration_s == pytest.approx(1.0) and events[1].spec == specs[1]
     runner.update(t0 + 3.2)
     assert runner.finished and runner.episode is None and len(runner.outcomes) == 2
+
+
+def test_the_table_stops_the_arm_and_the_follower_continues_from_there() -> None:
+    """A trajectory that would push the fingertips through the table leaves them on the table top; moving up
+    again starts from where the arm was stopped, with no jump."""
+    spec = EpisodeSpec.from_seed(4)
+    episode = SimEpisode(spec, 0.2)
+    start = episode.scene.q.copy()
+    below = inverse_kinematics(np.array([0.3, 0.0, 0.02]))
+    assert below is not None
+    deep = below.copy()
+    deep[1] -= 0.5  # the shoulder far down: the fingertips would end ~15 cm under the table top
+    assert fingertip(deep)[2] < -0.1
+    down = np.stack([np.concatenate([deep, [start[3]]])] * 2)
+    episode.deliver(trajectory_points(down, JOINT_NAMES, 1.5)[0])
+    episode.advance(4.0)
+    assert -1e-6 <= episode.scene.tip[2] < 0.01  # resting on the table, not under it
+    rest = episode.scene.q.copy()
+    up = np.stack([np.concatenate([below, [start[3]]])] * 2)
+    episode.deliver(trajectory_points(up, JOINT_NAMES, 0.5)[0])
+    episode.advance(4.02)  # one physics step: the joints move at most their velocity limit from the rest pose
+    assert np.all(np.abs(episode.scene.q[:3] - rest[:3]) <= MAX_VELOCITY[:3] * 0.02 + 1e-9)
+    episode.advance(6.0)
+    np.testing.assert_allclose(episode.scene.q[:3], below, atol=1e-6)
+
+
+def test_samples_show_their_scene_in_random_colours_with_matching_texts() -> None:
+    """Colour randomization: per sample the objects are repainted by one permutation; the instruction and the
+    texts name the new colours, the geometry (state, actions, where the object stands) is the scene's own."""
+    from oxygen_ros.sim.dataset import _recoloured_sample
+    from oxygen_ros.sim.scene import COLOURS
+
+    episode = SimEpisode(EpisodeSpec.from_seed(TRAIN_SEED_BASE + 5))
+    actions = expert_chunk(episode.scene, episode.target, 10, 0.2)
+    same = _recoloured_sample(episode, actions, None, 64)
+    assert same.instruction == episode.spec.instruction and same.texts["language"] == episode.subtask
+    swap = np.arange(len(COLOURS))[::-1].copy()  # red <-> yellow, blue <-> green
+    other = _recoloured_sample(episode, actions, swap, 64)
+    target = episode.scene.objects[episode.target]
+    new_colour = COLOURS[int(swap[COLOURS.index(target.colour)])]
+    assert other.instruction == episode.spec.instruction.replace(target.colour, new_colour)
+    assert other.texts["language"] == episode.subtask.replace(target.colour, new_colour)
+    assert other.texts["location"] == same.texts["location"]  # the same place
+    assert np.array_equal(other.actions, actions) and np.array_equal(other.state, same.state)
+    assert not np.array_equal(other.images[0], same.images[0])  # repainted
+    assert [o.colour for o in episode.scene.objects] == [o.colour for o in SimEpisode(episode.spec).scene.objects]
+    samples = list(itertools.islice(episode_samples(TRAIN_SEED_BASE + 5, 10, 0.2, 64), 12))
+    assert len({s.instruction for s in samples}) > 1  # colours differ between the samples of one episode
+
+
+def test_detour_episodes_visit_another_object_first_and_are_labelled_with_the_named_one(monkeypatch) -> None:  # noqa: ANN001
+    """With a detour the robot reaches above another object first, while the labels keep naming the target;
+    then it heads for the target and the episode still succeeds."""
+    from oxygen_ros.sim import dataset
+
+    monkeypatch.setattr(dataset, "DETOUR_P", 1.0)
+    seed = TRAIN_SEED_BASE + 11
+    spec = EpisodeSpec.from_seed(seed)
+    samples = list(episode_samples(seed, 10, 0.2, 64, noisy=False, recolour=False))
+    scene = Scene.random(seed)
+    target = scene.find(spec.target_name)
+    tips = [fingertip(s.state) for s in samples]
+    others = [o for i, o in enumerate(scene.objects) if i != target]
+    nearest_other = min(min(np.hypot(*(t[:2] - o.position[:2])) for o in others) for t in tips)
+    assert nearest_other < 0.03  # it went to another object first
+    assert all(s.texts["language"].endswith(spec.target_name) for s in samples)  # labels name the target
+    assert samples[-1].texts["language"] == f"lift the {spec.target_name}"  # and it picked the target up

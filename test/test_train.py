@@ -74,11 +74,13 @@ def test_checkpoint_runs_in_the_policy_runtime(tmp_path: Path, tiny_preset: Mode
     assert any(e.final for e in events)
 
 
-def test_training_forward_equals_inference(tmp_path: Path, tiny_preset: ModelConfig) -> None:
+@pytest.mark.parametrize("prefix_attention", ["causal_text", "bidirectional"])
+def test_training_forward_equals_inference(tmp_path: Path, tiny_preset: ModelConfig, prefix_attention: str) -> None:
     """Velocity of the joint training pass == the model's uncached reference; text hidden states of each
     task == prefill + token-by-token extend from the cached prefix (two samples of different prompt lengths,
-    so padding and masks are exercised)."""
-    runtime, data, _ = prepare(small_config(tiny_preset), fake_expert_samples, tmp_path)
+    so padding and masks are exercised), for OxyGen's causal prompt and openpi's bidirectional prefix."""
+    model_config = dataclasses.replace(tiny_preset, prefix_attention=prefix_attention)
+    runtime, data, _ = prepare(small_config(model_config), fake_expert_samples, tmp_path)
     model = runtime.model
     cfg = model.config
     # Two samples whose prompts differ in length.
@@ -106,6 +108,30 @@ def test_training_forward_equals_inference(tmp_path: Path, tiny_preset: ModelCon
             labels = batch.labels[row, at : at + stream.numel()]
             assert labels[: cont.numel() - 1].eq(IGNORE).all() and torch.equal(labels[cont.numel() - 1 :], target)
             at += stream.numel()
+
+
+def test_flow_samples_are_independent_groups_over_one_prefix(tmp_path: Path, tiny_preset: ModelConfig) -> None:
+    """K noise draws in one joint pass: each group's velocity == the single-group pass on that draw (groups
+    never see each other), and the text hidden states do not change."""
+    runtime, data, _ = prepare(small_config(tiny_preset), fake_expert_samples, tmp_path)
+    model, cfg = runtime.model, runtime.model.config
+    index = torch.tensor([0, 3])
+    single = make_batch(data, index, cfg.tokens_per_image, cfg.pad_token_id)
+    grouped = make_batch(data, index, cfg.tokens_per_image, cfg.pad_token_id, flow_samples=3)
+    h = cfg.action_horizon
+    gen = torch.Generator().manual_seed(1)
+    x_t = torch.randn(2, 3 * h, cfg.action_dim, generator=gen)
+    times = torch.tensor([0.25, 0.9])
+    with torch.no_grad():
+        hidden_k, velocity_k = joint_forward(model, grouped, x_t, times)
+        for g in range(3):
+            hidden_1, velocity_1 = joint_forward(model, single, x_t[:, g * h : (g + 1) * h], times)
+            torch.testing.assert_close(velocity_k[:, g * h : (g + 1) * h], velocity_1, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(hidden_k, hidden_1, rtol=1e-4, atol=1e-5)
+    losses = compute_losses(model, grouped, torch.Generator().manual_seed(0))
+    assert torch.isfinite(losses.flow) and losses.flow > 0
+    with pytest.raises(ValueError, match="flow_samples"):
+        make_batch(data, index, cfg.tokens_per_image, cfg.pad_token_id, flow_samples=0)
 
 
 def _extend_hidden(model, images, slots, prompt, stream) -> torch.Tensor:
@@ -143,11 +169,12 @@ def test_losses_are_finite_and_text_targets_cover_every_task(tmp_path: Path, tin
 
 
 def test_training_prompts_match_the_demo_config() -> None:
-    """The continuation prompts and prompt format the policy is trained on are the ones the demo serves."""
+    """Every task the demo serves is trained with the same continuation prompt (training adds localization)."""
     params = yaml.safe_load((REPO / "config" / "demo_policy.yaml").read_text())["/**"]["ros__parameters"]
-    trained = {t.name: t.prompt for t in default_tasks()}
+    trained = {t.name: t.prompt for t in TrainConfig().tasks}
     served = dict(zip(params["task_names"], params["task_prompts"]))
-    assert served == trained
+    assert served == {t.name: t.prompt for t in default_tasks()}
+    assert served.items() <= trained.items() and "location" in trained
     assert params.get("prompt_format", "pi05_state") == TrainConfig().prompt_format
 
 
@@ -183,3 +210,20 @@ def test_delta_action_targets_invert_to_the_expert_chunk(tmp_path: Path, tiny_pr
     mask = np.array(cfg.delta_mask(STATE_DIM))
     restored = runtime.normalizer.unnormalize_actions(data.actions[0].numpy()) + np.where(mask, sample.state, 0.0)
     np.testing.assert_allclose(restored, sample.actions, atol=1e-4)
+
+
+def test_the_weight_average_warms_up_then_follows_its_decay() -> None:
+    """ema_model: the first update copies, then decay min(d, (1 + n) / (10 + n)) per update."""
+    from oxygen_ros.train.trainer import ema_model
+
+    model = torch.nn.Linear(1, 1, bias=False)
+    ema = ema_model(model, 0.5)
+    expected = None
+    for n, value in enumerate([1.0, 3.0, -2.0, 5.0]):
+        with torch.no_grad():
+            model.weight.fill_(value)
+        ema.update_parameters(model)
+        d = min(0.5, (1.0 + n) / (10.0 + n))
+        expected = value if expected is None else expected * d + value * (1.0 - d)
+        assert float(ema.module.weight) == pytest.approx(expected)
+    assert float(ema.module.weight) != float(model.weight)

@@ -59,6 +59,10 @@ def _episode(rng: np.random.Generator, horizon: int, control_period_s: float, im
             state=state.copy(),
             actions=np.stack(chunk).astype(np.float32),
             instruction=f"pick up the {colour} {kind}",
-            texts={"language": f"{phase} the {colour} {kind}", "memory": f"the {colour} {kind} is on the table"},
+            texts={
+                "language": f"{phase} the {colour} {kind}",
+                "memory": f"the {colour} {kind} is on the table",
+                "location": ("near " if xy[1] < 0.5 else "far ") + ("left" if xy[0] < 0.5 else "right"),
+            },
         )
         state = chunk[0]

@@ -5,11 +5,21 @@ its seed. Episodes are seeded from TRAIN_SEED_BASE upwards (held-out evaluation 
 robot executes the expert's chunks with injected noise (a random offset that grows over each chunk, and now
 and then a chunk that never arrives), while every sample is labelled with the expert's correction from the
 state the robot is really in (DAgger-style), so a cloned policy learns to recover from its own errors.
+
+Detours: in DETOUR_P of the episodes the robot first executes the expert's way to another object (until it
+is above it) while every sample is still labelled with the way to the named one. Without them the arm's own
+pose tells where the named object is (the expert always heads for it), and a cloned policy learns to follow
+its arm rather than the instruction; a policy that has wandered to the wrong object must know to leave it.
+
+Colour randomization: each sample shows its scene with the object colours permuted at random (the images,
+the instruction and the texts all use the new colours; geometry and actions are unchanged, since the expert
+never looks at colours). A scene's layout then no longer predicts which object is meant: the policy has to
+find the instruction's colour in the images instead of memorizing the scenes it was trained on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,27 +27,32 @@ import numpy as np
 from oxygen_ros.runtime.trajectory import trajectory_points
 
 from .episode import EpisodeSpec, SimEpisode
-from .expert import all_texts, expert_chunk
-from .render import CAMERA_NAMES
-from .scene import ARM_JOINTS, JOINT_LOWER, JOINT_NAMES, JOINT_UPPER, STATE_DIM
+from .expert import all_texts, expert_chunk, location_text, memory_text, subtask_index, subtask_text
+from .render import CAMERA_NAMES, render_views
+from .scene import ARM_JOINTS, COLOURS, JOINT_LOWER, JOINT_NAMES, JOINT_UPPER, STATE_DIM, Scene
 
 __all__ = [
     "CAMERA_NAMES", "CONTROL_PERIOD_S", "DemoSample", "EVAL_SEED_LIMIT", "HORIZON", "JOINT_NAMES", "STATE_DIM",
-    "TASK_NAMES", "TRAIN_SEED_BASE", "expert_samples", "vocabulary",
+    "TASK_NAMES", "TRAINING_TASK_NAMES", "TRAIN_SEED_BASE", "expert_samples", "vocabulary",
 ]  # fmt: skip
 
 CONTROL_PERIOD_S = 0.2  # the demo's control rate: 5 Hz
 HORIZON = 10
 TRAIN_SEED_BASE = 1_000_000  # training episodes use seeds >= this ...
 EVAL_SEED_LIMIT = TRAIN_SEED_BASE  # ... held-out evaluation seeds are in [0, EVAL_SEED_LIMIT)
-TASK_NAMES = ("language", "memory")  # the text tasks (config/demo.yaml) and the keys of DemoSample.texts
+TASK_NAMES = ("language", "memory")  # the text tasks the demo serves (config/demo_policy.yaml)
 EXTRA_TICKS_AFTER_SUCCESS = 2  # keep demonstrating the lift a little past the success instant
 
+TEXTS: dict[str, Callable[[Scene, int | None], str | None]] = {
+    "language": subtask_text, "memory": memory_text, "location": location_text,
+}  # the keys of DemoSample.texts
+TRAINING_TASK_NAMES = tuple(TEXTS)  # the served tasks + the co-training localization
 CLEAN_SHARE = 0.3  # episodes executed without noise
 NOISE_RAD = (0.01, 0.06)  # range of the per-episode arm noise scale (rad, on the executed chunk)
 NOISY_TICK_P = 0.5  # share of a noisy episode's ticks whose executed chunk is offset
 GRIPPER_NOISE_M = 0.02
-DROP_CHUNK_P = 0.08  # a chunk that never reaches the robot (the previous one keeps running)
+DROP_CHUNK_P = 0.08
+DETOUR_P = 0.4  # episodes whose robot first heads for another object, labelled with the way to the named one  # a chunk that never reaches the robot (the previous one keeps running)
 
 
 @dataclass(frozen=True)
@@ -46,7 +61,7 @@ class DemoSample:
     state: np.ndarray  # [STATE_DIM] float32: arm joint positions + gripper opening
     actions: np.ndarray  # [horizon, STATE_DIM] float32: absolute joint targets at t + (i + 1)·dt
     instruction: str  # e.g. "pick up the red cup"
-    texts: dict[str, str]  # {"language": current subtask, "memory": scene note}
+    texts: dict[str, str]  # {"language": current subtask, "memory": scene note, "location": "far left"}
 
 
 def vocabulary() -> list[str]:
@@ -78,25 +93,49 @@ def expert_episode(spec: EpisodeSpec, horizon: int = HORIZON, control_period_s: 
     return episode
 
 
+def _recoloured_sample(episode: SimEpisode, actions: np.ndarray, permutation: np.ndarray | None, image_size: int) -> DemoSample:
+    """The episode's current sample, seen with colour i painted as colour permutation[i] (None: as it is)."""
+    scene, instruction = episode.scene, episode.spec.instruction
+    if permutation is not None:
+        scene = scene.copy()
+        for o in scene.objects:
+            o.colour = COLOURS[int(permutation[COLOURS.index(o.colour)])]
+        if episode.target is not None:
+            instruction = instruction.replace(episode.scene.objects[episode.target].name, scene.objects[episode.target].name)
+    return DemoSample(
+        images=render_views(scene, image_size),
+        state=episode.state,
+        actions=actions,
+        instruction=instruction,
+        texts={name: text(scene, episode.target) or "" for name, text in TEXTS.items()},
+    )
+
+
+def _decoy(episode: SimEpisode, rng: np.random.Generator) -> int | None:
+    """The object a detour episode first heads for instead of the named one (None: no detour)."""
+    others = [i for i in range(len(episode.scene.objects)) if i != episode.target]
+    if episode.target is None or not others or rng.random() >= DETOUR_P:
+        return None
+    return others[int(rng.integers(len(others)))]
+
+
 def episode_samples(episode_seed: int, horizon: int, control_period_s: float, image_size: int,
-                    noisy: bool | None = None) -> Iterator[DemoSample]:
-    """The samples of one episode (noise on unless ``noisy`` says otherwise or the seed draws a clean one)."""
+                    noisy: bool | None = None, recolour: bool = True) -> Iterator[DemoSample]:
+    """The samples of one episode (noise on unless ``noisy`` says otherwise or the seed draws a clean one;
+    colours randomized per sample unless ``recolour`` is False)."""
     spec = EpisodeSpec.from_seed(episode_seed)
     episode = SimEpisode(spec, control_period_s, stop_on_success=False)
     rng = np.random.default_rng([episode_seed, 11])
     clean = rng.random() < CLEAN_SHARE if noisy is None else not noisy
     scale = 0.0 if clean else rng.uniform(*NOISE_RAD)
     extra = EXTRA_TICKS_AFTER_SUCCESS
+    decoy = _decoy(episode, rng)
     while extra >= 0 and episode.time_s < episode.time_limit_s - 1e-9:
         actions = expert_chunk(episode.scene, episode.target, horizon, control_period_s)
-        yield DemoSample(
-            images=episode.images(image_size),
-            state=episode.state,
-            actions=actions,
-            instruction=spec.instruction,
-            texts={"language": episode.subtask or "", "memory": episode.memory or ""},
-        )
-        executed = actions.astype(np.float64)
+        yield _recoloured_sample(episode, actions, rng.permutation(len(COLOURS)) if recolour else None, image_size)
+        if decoy is not None and subtask_index(episode.scene, decoy) != 0:
+            decoy = None  # above the decoy: the detour ends, the robot heads for the named object from here
+        executed = (actions if decoy is None else expert_chunk(episode.scene, decoy, horizon, control_period_s)).astype(np.float64)
         if scale and rng.random() < NOISY_TICK_P:  # this tick the robot goes somewhere else than told
             offset = np.zeros(STATE_DIM)
             offset[:ARM_JOINTS] = rng.normal(0.0, scale, ARM_JOINTS)

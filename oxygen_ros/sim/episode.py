@@ -14,10 +14,10 @@ import numpy as np
 
 from oxygen_ros.runtime.trajectory import TimedTrajectory
 
-from .expert import SUBSTEP_S, instruction_for, memory_text, object_names, subtask_text
+from .expert import SUBSTEP_S, instruction_for, location_text, memory_text, object_names, subtask_text
 from .follower import TrajectoryFollower, TrajectoryRejected
 from .render import render_views
-from .scene import JOINT_LOWER, JOINT_NAMES, JOINT_UPPER, MAX_VELOCITY, Scene
+from .scene import ARM_JOINTS, JOINT_LOWER, JOINT_NAMES, JOINT_UPPER, MAX_VELOCITY, Scene
 
 DEFAULT_TIME_LIMIT_S = 12.0
 
@@ -95,6 +95,10 @@ class SimEpisode:
         return memory_text(self.scene, self.target)
 
     @property
+    def location(self) -> str | None:
+        return location_text(self.scene, self.target)
+
+    @property
     def done(self) -> bool:
         succeeded = self.stop_on_success and self.success_time_s is not None
         return succeeded or self.time_s >= self.time_limit_s - 1e-9
@@ -129,6 +133,7 @@ class SimEpisode:
             self._steps += 1
             self.time_s = end
             self.scene.apply(self.follower.update(end))
+            self.follower.block(self.scene.q, ARM_JOINTS)  # the table may have stopped the arm
             self.joint_log.append(self.scene.q.copy())
             if self.success_time_s is None and self.target is not None and self.scene.lifted(self.target):
                 self.success_time_s = self.time_s

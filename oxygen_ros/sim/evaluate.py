@@ -147,7 +147,7 @@ def run_episode(
         if settings.blank_cameras:
             images = tuple(np.zeros_like(im) for im in images)
         seq = runtime.stats().ticks
-        labels[seq] = {"language": episode.subtask, "memory": episode.memory}
+        labels[seq] = {"language": episode.subtask, "memory": episode.memory, "location": episode.location}
         stamp_ns = int(round(t * NS))
         try:
             frame = runtime.make_frame(images, episode.state, spec.instruction, stamp_ns, frame_seq=seq)

@@ -10,7 +10,8 @@ itself in (what DAgger-style data collection needs):
 
 An action chunk is the expert's own rollout from the current state on a copy of the scene with ideal
 tracking: the joint command at t + (i + 1)·period for i < horizon. The texts: the current subtask for the
-language stream, and a scene note for the memory stream ("red cup left of the blue block").
+language stream, a scene note for the memory stream ("red cup left of the blue block"), and where the named
+object stands as seen from the robot ("far left"), a localization target the policy is co-trained on.
 """
 
 from __future__ import annotations
@@ -149,6 +150,22 @@ def expert_chunk(scene: Scene, target: int | None, horizon: int, period_s: float
     return out
 
 
+REACHES = ("near", "far")
+SIDES = ("left", "centre", "right")
+FAR_M = 0.36  # reach from the base that separates near from far
+SIDE_RAD = 0.22  # bearing beyond which an object is to the left (+) or right (-)
+
+
+def location_text(scene: Scene, target: int | None) -> str | None:
+    """Where the named object stands, from the robot's base: "near left", "far centre", ..."""
+    if target is None:
+        return None
+    x, y = (float(v) for v in scene.objects[target].position[:2])
+    bearing = math.atan2(y, x)
+    side = SIDES[0] if bearing > SIDE_RAD else SIDES[2] if bearing < -SIDE_RAD else SIDES[1]
+    return f"{REACHES[int(math.hypot(x, y) >= FAR_M)]} {side}"
+
+
 def all_texts() -> dict[str, list[str]]:
     """Every text the expert or an instruction can produce (for training a tokenizer)."""
     names = object_names()
@@ -157,6 +174,7 @@ def all_texts() -> dict[str, list[str]]:
         "instruction": [t.format(n) for t in INSTRUCTION_TEMPLATES for n in names],
         "language": [s.format(n) for s in SUBTASKS for n in names],
         "memory": memory,
+        "location": [f"{r} {s}" for r in REACHES for s in SIDES],
     }
 
 

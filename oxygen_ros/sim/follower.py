@@ -99,6 +99,10 @@ class TrajectoryFollower:
         self.positions = self.positions + step
         return self.positions.copy()
 
+    def block(self, measured: np.ndarray, joints: int) -> None:
+        """The first ``joints`` joints were stopped at ``measured`` by an obstacle: continue from there."""
+        self.positions[:joints] = measured[:joints]
+
     @property
     def end_time_s(self) -> float | None:
         """When the last point is reached (None with no trajectory)."""

@@ -4,6 +4,9 @@ World frame: x forward from the arm's base, y to the arm's left, z up; the table
 The arm: a base yaw joint, a shoulder and an elbow (both pitch), and a tool that a parallelogram linkage
 keeps vertical (as on palletizing arms), ending in two fingers whose opening is the gripper joint.
 
+The table is solid: a motion that would push the fingertips below the table top stops where they touch it
+(the arm is blocked as a position-controlled arm on a real table is).
+
 Grasping is decided by geometry, never by the instruction: an object is held only when the fingertips
 are low around it (inside its height band, centred within GRASP_TOLERANCE_M), the fingers were open wider
 than the object when they got there, and they then close on it. A held object keeps its offset to the
@@ -49,6 +52,7 @@ PLACE_JITTER_M = 0.01
 GRASP_TOLERANCE_M = 0.02  # fingertip centre to object axis, horizontally
 RELEASE_MARGIN_M = 0.001  # fingers commanded wider than the object (plus this) let it go
 LIFT_SUCCESS_M = 0.06  # the held object's bottom this high above the table = success
+TABLE_Z = 0.0  # the table top: the fingertips never go below it
 
 
 @dataclass
@@ -169,9 +173,26 @@ class Scene:
         return bool(centred and o.position[2] + 0.003 <= tip[2] <= o.position[2] + o.height - 0.005)
 
     # --------------------------------------------------------------------------------------- physics
+    def _blocked_by_table(self, q: np.ndarray) -> np.ndarray:
+        """``q`` when its fingertips are above the table, else the furthest pose on the way from the current
+        pose towards ``q`` that is (the table stops the arm; the gripper still moves)."""
+        if fingertip(q)[2] >= TABLE_Z:
+            return q
+        start = self.q[:ARM_JOINTS]
+        if fingertip(start)[2] < TABLE_Z:  # already below (a start pose never is): stay
+            return np.concatenate([start, q[ARM_JOINTS:]])
+        lo, hi = 0.0, 1.0
+        for _ in range(12):  # bisection on the straight joint-space path: ~0.02 % of the step
+            mid = 0.5 * (lo + hi)
+            if fingertip(start + mid * (q[:ARM_JOINTS] - start))[2] >= TABLE_Z:
+                lo = mid
+            else:
+                hi = mid
+        return np.concatenate([start + lo * (q[:ARM_JOINTS] - start), q[ARM_JOINTS:]])
+
     def apply(self, command: np.ndarray) -> None:
         """Move to commanded joint positions (already rate-limited by the follower) and update grasps."""
-        q = np.clip(np.asarray(command, dtype=np.float64), JOINT_LOWER, JOINT_UPPER)
+        q = self._blocked_by_table(np.clip(np.asarray(command, dtype=np.float64), JOINT_LOWER, JOINT_UPPER))
         tip = fingertip(q)
         width = float(q[3])
         if self.held is not None:

@@ -1,11 +1,13 @@
 """One training batch laid out as a single joint sequence per sample, and its attention mask.
 
-Per sample: [image tokens][prompt (padded)][task 1 continuation + text][task 2 ...](padded) | [H action tokens].
+Per sample: [image tokens][prompt (padded)][task 1 continuation + text][task 2 ...](padded) | K x [H action tokens].
 The prefix (images + prompt) is computed once and every consumer attends to it, as at inference:
 
 * each text task sees the prefix and its own tokens causally (never another task's), its positions start
   right after the prefix, as a request forked from the frame's cached prefix;
-* the action tokens see the prefix and each other, positions after the prefix (as ``sample_actions``);
+* the action tokens see the prefix and the other tokens of their own group, positions after the prefix (as
+  ``sample_actions``); the K groups are K independent noise draws of the flow-matching loss sharing one prefix
+  (the prefix is most of the compute, so extra draws are cheap);
 * the prefix never sees text or action tokens; prompt tokens are causal for ``causal_text`` (OxyGen).
 
 Padding tokens see only themselves (so no softmax row is empty) and nobody sees them.
@@ -36,17 +38,21 @@ class Batch:
     positions: Tensor  # long [B, I + T + H]: RoPE positions
     actions: Tensor  # float32 [B, H, A] normalized target chunks
     num_image_tokens: int
+    flow_samples: int = 1  # K: action-token groups after the prefix, one noise draw each
 
     @property
     def size(self) -> int:
         return self.actions.shape[0]
 
 
-def make_batch(data: TrainingSet, index: Tensor, tokens_per_image: int, pad_id: int) -> Batch:
-    """Collate the samples ``index`` of ``data`` into one joint sequence each."""
+def make_batch(data: TrainingSet, index: Tensor, tokens_per_image: int, pad_id: int, flow_samples: int = 1) -> Batch:
+    """Collate the samples ``index`` of ``data`` into one joint sequence each, with ``flow_samples`` action groups."""
+    if flow_samples < 1:
+        raise ValueError("flow_samples must be >= 1")
     b = index.numel()
     n_img = int(data.image_slots.sum()) * tokens_per_image
     horizon = data.actions.shape[1]
+    actions_len = horizon * flow_samples
     prompts = [data.prompts[i] for i in index.tolist()]
     # Each task's stream: its continuation prompt then the target text minus its last token (EOS).
     streams = [[torch.cat((c, t[:-1])) for c, t in zip(data.continuations, data.texts[i])] for i in index.tolist()]
@@ -55,8 +61,8 @@ def make_batch(data: TrainingSet, index: Tensor, tokens_per_image: int, pad_id: 
     length = p_max + t_max
     tokens = torch.full((b, length), pad_id, dtype=torch.long)
     labels = torch.full((b, length), IGNORE, dtype=torch.long)
-    kinds = torch.full((b, n_img + length + horizon), PAD, dtype=torch.long)
-    positions = torch.zeros(b, n_img + length + horizon, dtype=torch.long)
+    kinds = torch.full((b, n_img + length + actions_len), PAD, dtype=torch.long)
+    positions = torch.zeros(b, n_img + length + actions_len, dtype=torch.long)
     kinds[:, :n_img] = IMAGE
     positions[:, :n_img] = torch.arange(n_img)
     for row, (prompt, sample) in enumerate(zip(prompts, index.tolist())):
@@ -75,13 +81,23 @@ def make_batch(data: TrainingSet, index: Tensor, tokens_per_image: int, pad_id: 
             positions[row, n_img + at : n_img + at + n] = torch.arange(prefix_len, prefix_len + n)
             at += n
         kinds[row, n_img + length :] = ACTION
-        positions[row, n_img + length :] = torch.arange(prefix_len, prefix_len + horizon)
+        positions[row, n_img + length :] = torch.arange(prefix_len, prefix_len + horizon).repeat(flow_samples)
     images = pixels_from_uint8(data.pixels[index].flatten(0, 1))
-    return Batch(images, tokens, labels, kinds, positions, data.actions[index], n_img)
+    return Batch(images, tokens, labels, kinds, positions, data.actions[index], n_img, flow_samples)
 
 
-def attention_mask(kinds: Tensor, positions: Tensor, causal_prompt: bool) -> Tensor:
-    """bool [B, L, L] (True = query may attend to key) for the layout described in the module docstring."""
+def action_groups(batch: Batch) -> Tensor:
+    """long [L]: the flow-sample group of each position of the joint sequence (-1 outside the action tokens)."""
+    length = batch.kinds.shape[1]
+    horizon = batch.actions.shape[1]
+    groups = torch.full((length,), -1, dtype=torch.long)
+    groups[length - horizon * batch.flow_samples :] = torch.arange(batch.flow_samples).repeat_interleave(horizon)
+    return groups
+
+
+def attention_mask(kinds: Tensor, positions: Tensor, causal_prompt: bool, groups: Tensor | None = None) -> Tensor:
+    """bool [B, L, L] (True = query may attend to key) for the layout described in the module docstring;
+    ``groups`` [L] (see ``action_groups``) keeps each flow sample's action tokens to themselves."""
     q_kind, k_kind = kinds.unsqueeze(2), kinds.unsqueeze(1)
     q_pos, k_pos = positions.unsqueeze(2), positions.unsqueeze(1)
     key_prefix = (k_kind == IMAGE) | (k_kind == PROMPT)
@@ -93,7 +109,8 @@ def attention_mask(kinds: Tensor, positions: Tensor, causal_prompt: bool) -> Ten
         prefix_rows = key_prefix
     consumers = (q_kind == ACTION) | (q_kind >= FIRST_TASK)
     mask = (q_prefix & prefix_rows) | (consumers & key_prefix)
-    mask |= (q_kind == ACTION) & (k_kind == ACTION)
+    same_group = True if groups is None else (groups.view(1, -1, 1) == groups.view(1, 1, -1))
+    mask |= (q_kind == ACTION) & (k_kind == ACTION) & same_group
     mask |= (q_kind >= FIRST_TASK) & (k_kind == q_kind) & (k_pos <= q_pos)
     length = kinds.shape[1]
     eye = torch.eye(length, dtype=torch.bool).unsqueeze(0)

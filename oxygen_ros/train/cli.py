@@ -26,6 +26,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup-steps", type=int, default=d.warmup_steps)
     p.add_argument("--flow-weight", type=float, default=d.flow_weight)
     p.add_argument("--text-weight", type=float, default=d.text_weight)
+    p.add_argument("--flow-samples", type=int, default=d.flow_samples,
+                   help="flow-matching noise draws per sample, sharing one prefix forward (default %(default)s)")
+    p.add_argument("--ema-decay", type=float, default=d.ema_decay,
+                   help="save a moving average of the weights with this decay; 0 = the last weights (default %(default)s)")
     p.add_argument("--preset", default=d.preset, help="model preset (default %(default)s)")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default=d.dtype, help="dtype of the stored weights")
     p.add_argument("--threads", type=int, default=d.threads, help="torch CPU threads (0 = torch's default)")
@@ -37,14 +41,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.steps < 1 or args.samples < 1 or args.batch_size < 1:
-        print("oxygen-train-demo: --steps, --samples and --batch-size must be positive", file=sys.stderr)
+    if min(args.steps, args.samples, args.batch_size, args.flow_samples) < 1:
+        print("oxygen-train-demo: --steps, --samples, --batch-size and --flow-samples must be positive", file=sys.stderr)
         return 2
     from oxygen_ros.sim.dataset import expert_samples, vocabulary
 
     cfg = TrainConfig(
         steps=args.steps, seed=args.seed, samples=args.samples, data_workers=args.data_workers, batch_size=args.batch_size, lr=args.lr,
-        warmup_steps=min(args.warmup_steps, args.steps), flow_weight=args.flow_weight, text_weight=args.text_weight,
+        warmup_steps=min(args.warmup_steps, args.steps), flow_weight=args.flow_weight, text_weight=args.text_weight, flow_samples=args.flow_samples, ema_decay=args.ema_decay,
         preset=args.preset, dtype=args.dtype, threads=args.threads, save_every=args.save_every, delta_actions=not args.absolute_actions,
     )
     result = train(cfg, expert_samples, args.out, vocabulary(), progress=not args.no_progress)

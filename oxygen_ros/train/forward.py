@@ -6,7 +6,8 @@ so training and inference share weights and math. Losses (openpi π0/π0.5 and O
 
 * flow matching: t ~ Beta(1.5, 1)·0.999 + 0.001, x_t = t·noise + (1 − t)·actions, target u = noise − actions,
   MSE against the action expert's velocity;
-* next-token cross-entropy on each text task's target after its continuation prompt.
+* next-token cross-entropy on each text task's target after its continuation prompt, averaged per task and
+  then over the tasks.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from torch import Tensor
 
 from oxygen_ros.model.vla import Pi05Model
 
-from .batch import IGNORE, Batch, attention_mask
+from .batch import FIRST_TASK, IGNORE, Batch, action_groups, attention_mask
 
 
 @dataclass
@@ -47,13 +48,14 @@ def _modulations(model: Pi05Model, times: Tensor) -> tuple[list[tuple[Tensor, Te
 
 
 def joint_forward(model: Pi05Model, batch: Batch, x_t: Tensor, times: Tensor) -> tuple[Tensor, Tensor]:
-    """Both experts over the whole joint sequence → (text hidden [B, T, Wb] final-normed, velocity [B, H, A])."""
+    """Both experts over the whole joint sequence → (text hidden [B, T, Wb] final-normed, velocity [B, K·H, A]);
+    x_t [B, K·H, A] holds the K flow samples' noisy chunks, all at the sample's time ``times`` [B]."""
     cfg = model.config
     b = batch.size
     feats = model.multi_modal_projector(model.vision_tower(batch.images.to(model.dtype)))
     xb = torch.cat((feats.reshape(b, -1, feats.shape[-1]), model.embed_text(batch.tokens)), dim=1)
     xa = model.action_in_proj(x_t.to(model.dtype))
-    mask = attention_mask(batch.kinds, batch.positions, cfg.prefix_attention == "causal_text")
+    mask = attention_mask(batch.kinds, batch.positions, cfg.prefix_attention == "causal_text", action_groups(batch))
     cos, sin = model.rope.cos_sin(batch.positions, model.dtype)
     layer_mods, final_mod = _modulations(model, times)
     for layer, mods in zip(model.layers, layer_mods):
@@ -66,8 +68,9 @@ def joint_forward(model: Pi05Model, batch: Batch, x_t: Tensor, times: Tensor) ->
 def compute_losses(
     model: Pi05Model, batch: Batch, generator: torch.Generator, text_weight: float = 1.0, flow_weight: float = 1.0
 ) -> Losses:
-    """Both losses from one joint forward (the prefix is computed once and shared by them)."""
-    actions = batch.actions
+    """Both losses from one joint forward (the prefix is computed once and shared by them and by the batch's
+    K flow samples: K noise draws per sample at one flow time, since the time conditions the whole action stream)."""
+    actions = batch.actions.repeat(1, batch.flow_samples, 1)
     noise = torch.randn(actions.shape, generator=generator)
     times = sample_flow_time(batch.size, generator)
     t = times.view(-1, 1, 1)
@@ -77,5 +80,11 @@ def compute_losses(
     flow = F.mse_loss(velocity, target)
     rows = batch.labels != IGNORE
     logits = model.lm_logits(hidden[rows]).float()
-    text = F.cross_entropy(logits, batch.labels[rows])
+    per_token = F.cross_entropy(logits, batch.labels[rows], reduction="none")
+    # Each task's mean over its tokens, then the mean over tasks: a three-token answer (localization) weighs
+    # as much as a twenty-token note.
+    task = batch.kinds[:, batch.num_image_tokens : batch.num_image_tokens + batch.labels.shape[1]][rows] - FIRST_TASK
+    sums = torch.zeros(int(task.max()) + 1).index_add_(0, task, per_token)
+    counts = torch.bincount(task, minlength=sums.numel())
+    text = (sums[counts > 0] / counts[counts > 0]).mean()
     return Losses(flow_weight * flow + text_weight * text, flow, text)

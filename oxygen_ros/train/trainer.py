@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from torch import nn
+from torch import Tensor, nn
+from torch.optim.swa_utils import AveragedModel
 from tqdm import tqdm
 
 from oxygen_ros.model.checkpoint import save_checkpoint
@@ -39,29 +40,38 @@ TOKENIZER_FILE = "tokenizer.model"
 SUMMARY_FILE = "train_summary.json"
 
 
+def training_tasks() -> list[TaskConfig]:
+    """The tasks the demo serves, plus localization co-training (as pi0.5 co-trains on object localization):
+    " Where:" → where the named object stands ("far left"). It grounds the instruction's object in the
+    images with a direct signal; a node may serve it too (its prompt is in the checkpoint's training)."""
+    return [*default_tasks(), TaskConfig("location", " Where:", every_n_frames=10, max_tokens=12)]
+
+
 @dataclass
 class TrainConfig:
-    steps: int = 2000
+    steps: int = 2400
     seed: int = 0
-    samples: int = 6000  # expert samples, generated before training
+    samples: int = 16000  # expert samples, generated before training
     data_workers: int = 2  # processes generating them (part of what makes the data: keep it fixed)
     batch_size: int = 32
-    lr: float = 1e-3
+    lr: float = 2e-3
     min_lr_ratio: float = 0.05  # cosine decay ends at lr * this
     warmup_steps: int = 100
     weight_decay: float = 1e-4
     grad_clip: float = 1.0
     flow_weight: float = 1.0
+    flow_samples: int = 4  # noise draws per sample sharing one prefix forward (see batch.py)
     text_weight: float = 1.0
     control_period_s: float = 0.2
     preset: str = "demo"
     model: ModelConfig | None = None  # overrides the preset (tests)
-    tasks: list[TaskConfig] = field(default_factory=default_tasks)
+    tasks: list[TaskConfig] = field(default_factory=training_tasks)
     prompt_format: str = "pi05_state"
     threads: int = 1  # torch threads (one: fastest on a shared machine, and results independent of the core count)
     dtype: str = "float32"  # stored weights: float32 or bfloat16
     save_every: int = 0  # also write the checkpoint every this many steps (0 = only at the end)
     delta_actions: bool = True  # arm joints relative to the state, gripper absolute (openpi's DeltaActions)
+    ema_decay: float = 0.99  # the checkpoint holds an exponential moving average of the weights (0 = the last weights)
 
     def model_config(self) -> ModelConfig:
         return self.model or preset(self.preset)
@@ -109,6 +119,17 @@ def init_weights(model: Pi05Model) -> None:
     vision = model.config.vision
     with torch.no_grad():
         model.vision_tower.position_embedding.weight.copy_(sincos_2d(vision.image_size // vision.patch_size, vision.width))
+
+
+def ema_model(model: Pi05Model, decay: float) -> AveragedModel:
+    """A moving average of ``model``'s weights (as diffusion policies keep), its decay warming up as
+    min(decay, (1 + n) / (10 + n)) so the first weights do not linger in short runs."""
+
+    def average(avg: Tensor, current: Tensor, n: Tensor) -> Tensor:
+        d = min(decay, (1.0 + float(n)) / (10.0 + float(n)))
+        return avg * d + current * (1.0 - d)
+
+    return AveragedModel(model, avg_fn=average)
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -175,6 +196,8 @@ def train(
     )
     generator = torch.Generator().manual_seed(cfg.seed)
     c = model.config
+    ema = ema_model(model, cfg.ema_decay) if cfg.ema_decay > 0 else None
+    saved = model if ema is None else ema.module
     history: dict[str, list[float]] = {"total": [], "flow": [], "text": [], "lr": []}
     t1 = time.perf_counter()
     bar = tqdm(range(cfg.steps), desc="train", disable=not progress, dynamic_ncols=True)
@@ -183,22 +206,25 @@ def train(
         for group in optimizer.param_groups:
             group["lr"] = lr
         index = torch.randint(len(data), (cfg.batch_size,), generator=generator)
-        batch = make_batch(data, index, c.tokens_per_image, c.pad_token_id)
+        batch = make_batch(data, index, c.tokens_per_image, c.pad_token_id, cfg.flow_samples)
         losses = compute_losses(model, batch, generator, cfg.text_weight, cfg.flow_weight)
         optimizer.zero_grad(set_to_none=True)
         losses.total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
+        if ema is not None:
+            ema.update_parameters(model)
         for key, value in (("total", losses.total), ("flow", losses.flow), ("text", losses.text)):
             history[key].append(float(value.detach()))
         history["lr"].append(lr)
         bar.set_postfix(flow=f"{history['flow'][-1]:.4f}", text=f"{history['text'][-1]:.3f}", lr=f"{lr:.1e}")
         if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
-            _save_weights(model, out, stats, cfg.delta_mask(c.action_dim))
+            _save_weights(saved, out, stats, cfg.delta_mask(c.action_dim))
     train_seconds = time.perf_counter() - t1
     model.eval().requires_grad_(False)
+    saved.eval().requires_grad_(False)
     result = TrainResult(out, history, len(data), data_seconds, train_seconds)
-    save_outputs(cfg, result, model, stats)
+    save_outputs(cfg, result, saved, stats)
     return result
 
 
