@@ -16,6 +16,7 @@ from oxygen_ros.sim.expert import SUBTASKS, expert_chunk, memory_text, subtask_t
 from oxygen_ros.sim.render import render
 from oxygen_ros.runtime.trajectory import trajectory_points
 from oxygen_ros.sim.scene import (
+    PLACE_COLUMNS_M, PLACE_JITTER_M, PLACE_ROWS_M, SceneObject, inverse_kinematics as _ik,
     GRIPPER_OPEN_M, JOINT_LOWER, JOINT_NAMES, JOINT_UPPER, LIFT_SUCCESS_M, MAX_VELOCITY, Scene, fingertip, inverse_kinematics,
 )  # fmt: skip
 
@@ -101,6 +102,25 @@ def test_cameras_show_the_objects_and_the_wrist_camera_moves_with_the_arm() -> N
     assert np.array_equal(render(scene, "base", 64), base)  # deterministic
     with pytest.raises(ValueError, match="unknown camera"):
         render(scene, "side", 64)
+
+
+def test_every_place_fills_its_own_patch_of_the_base_view() -> None:
+    """The demo model sees the base view in 16 x 16 patches: an object on any place, at any jitter, lies
+    inside one patch, and the six places have six different patches."""
+    arm_away = np.concatenate([_ik(np.array([0.0, 0.3, 0.25])), [GRIPPER_OPEN_M]])  # pointing to the side
+    patches = []
+    for x, y in itertools.product(PLACE_ROWS_M, PLACE_COLUMNS_M):
+        cells = set()
+        for dx, dy in itertools.product((-PLACE_JITTER_M, PLACE_JITTER_M), repeat=2):
+            for kind in ("cup", "block", "ball"):
+                scene = Scene([SceneObject("red", kind, np.array([x + dx, y + dy, 0.0]))], arm_away)
+                image = render(scene, "base", 64).astype(int)
+                rows, cols = np.nonzero(np.abs(image - np.array((205, 45, 40))).sum(axis=2) < 120)
+                assert rows.size >= 4, (x, y, kind)
+                cells |= {(int(r) // 16, int(c) // 16) for r, c in zip(rows, cols)}
+        assert len(cells) == 1, (x, y, cells)
+        patches.append(cells.pop())
+    assert len(set(patches)) == 6
 
 
 def test_expert_samples_are_deterministic_and_use_training_seeds_only() -> None:
@@ -196,10 +216,11 @@ def test_samples_show_their_scene_in_random_colours_with_matching_texts() -> Non
 
     episode = SimEpisode(EpisodeSpec.from_seed(TRAIN_SEED_BASE + 5))
     actions = expert_chunk(episode.scene, episode.target, 10, 0.2)
-    same = _recoloured_sample(episode, actions, None, 64)
+    scene, target_index, instruction, state = episode.scene, episode.target, episode.spec.instruction, episode.state
+    same = _recoloured_sample(scene, target_index, instruction, state, actions, None, 64)
     assert same.instruction == episode.spec.instruction and same.texts["language"] == episode.subtask
     swap = np.arange(len(COLOURS))[::-1].copy()  # red <-> yellow, blue <-> green
-    other = _recoloured_sample(episode, actions, swap, 64)
+    other = _recoloured_sample(scene, target_index, instruction, state, actions, swap, 64)
     target = episode.scene.objects[episode.target]
     new_colour = COLOURS[int(swap[COLOURS.index(target.colour)])]
     assert other.instruction == episode.spec.instruction.replace(target.colour, new_colour)
@@ -220,7 +241,7 @@ def test_detour_episodes_visit_another_object_first_and_are_labelled_with_the_na
     monkeypatch.setattr(dataset, "DETOUR_P", 1.0)
     seed = TRAIN_SEED_BASE + 11
     spec = EpisodeSpec.from_seed(seed)
-    samples = list(episode_samples(seed, 10, 0.2, 64, noisy=False, recolour=False))
+    samples = list(episode_samples(seed, 10, 0.2, 64, noisy=False, recolour=False, relabel=False))
     scene = Scene.random(seed)
     target = scene.find(spec.target_name)
     tips = [fingertip(s.state) for s in samples]
@@ -229,3 +250,28 @@ def test_detour_episodes_visit_another_object_first_and_are_labelled_with_the_na
     assert nearest_other < 0.03  # it went to another object first
     assert all(s.texts["language"].endswith(spec.target_name) for s in samples)  # labels name the target
     assert samples[-1].texts["language"] == f"lift the {spec.target_name}"  # and it picked the target up
+
+
+def test_relabelled_samples_name_another_goal_with_its_own_expert_labels(monkeypatch) -> None:  # noqa: ANN001
+    """Goal relabelling: a sample may name any object of the scene while nothing is held; its instruction,
+    texts and actions are the expert's for that goal from the robot's real state; held objects keep theirs."""
+    from oxygen_ros.sim import dataset
+
+    monkeypatch.setattr(dataset, "RELABEL_P", 1.0)
+    seed = TRAIN_SEED_BASE + 11
+    spec = EpisodeSpec.from_seed(seed)
+    own = list(episode_samples(seed, 10, 0.2, 32, noisy=False, recolour=False, relabel=False))
+    relabelled = list(episode_samples(seed, 10, 0.2, 32, noisy=False, recolour=False))
+    assert [s.state.tolist() for s in relabelled] == [s.state.tolist() for s in own]  # the robot did the same
+    scene = Scene.random(seed)
+    names = {o.name for o in scene.objects}
+    goals = []
+    for sample, original in zip(relabelled, own):
+        named = [n for n in names if n in sample.instruction]
+        assert len(named) == 1 and sample.texts["language"].endswith(named[0])
+        goals.append(named[0])
+        if original.texts["language"].startswith("lift"):  # holding the target: never relabelled
+            assert sample.instruction == original.instruction and np.array_equal(sample.actions, original.actions)
+        elif named[0] != spec.target_name:  # the expert's way to the other goal, from the same state
+            assert not np.array_equal(sample.actions, original.actions)
+    assert len(set(goals)) > 1

@@ -152,8 +152,8 @@ def expert_chunk(scene: Scene, target: int | None, horizon: int, period_s: float
 
 REACHES = ("near", "far")
 SIDES = ("left", "centre", "right")
-FAR_M = 0.36  # reach from the base that separates near from far
-SIDE_RAD = 0.22  # bearing beyond which an object is to the left (+) or right (-)
+FAR_X_M = 0.35  # distance in front of the base that separates near from far (between the place rows)
+SIDE_Y_M = 0.075  # distance across beyond which an object is to the left (+) or right (-)
 
 
 def location_text(scene: Scene, target: int | None) -> str | None:
@@ -161,9 +161,8 @@ def location_text(scene: Scene, target: int | None) -> str | None:
     if target is None:
         return None
     x, y = (float(v) for v in scene.objects[target].position[:2])
-    bearing = math.atan2(y, x)
-    side = SIDES[0] if bearing > SIDE_RAD else SIDES[2] if bearing < -SIDE_RAD else SIDES[1]
-    return f"{REACHES[int(math.hypot(x, y) >= FAR_M)]} {side}"
+    side = SIDES[0] if y > SIDE_Y_M else SIDES[2] if y < -SIDE_Y_M else SIDES[1]
+    return f"{REACHES[int(x >= FAR_X_M)]} {side}"
 
 
 def all_texts() -> dict[str, list[str]]:

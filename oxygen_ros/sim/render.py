@@ -51,8 +51,12 @@ class Camera:
         return uv, depth
 
 
-# Faces the arm from across the table, framing the six object places as large as the image allows.
-BASE_CAMERA = Camera(np.array([0.65, 0.0, 0.80]), np.array([-0.32, 0.0, -0.77]), np.array([0.0, 0.0, 1.0]), 38.0)
+# Looks down on the table from high above the places (nearly orthographic), shifted half a place column so
+# that at 64 x 64 pixels every one of the six places fills the middle of its own 16 x 16 patch (rows 2-3,
+# columns 1-3; the arm's base is at the top edge). An object never straddles two patches nor shares one with
+# another object: where an object stands is one patch's colour, the easiest thing for a small ViT to find.
+_BASE_EYE = np.array([0.30, -0.075, 1.45])
+BASE_CAMERA = Camera(_BASE_EYE, np.array([0.20, -0.075, 0.0]) - _BASE_EYE, np.array([0.0, 0.0, 1.0]), 24.0)
 
 
 def wrist_camera(q: np.ndarray) -> Camera:
@@ -134,15 +138,15 @@ def _draw_object(c: _Canvas, obj, highlight: float = 1.0) -> None:  # noqa: ANN0
         def draw() -> None:
             body = np.concatenate([_circle(p, w / 2, p[2]), _circle(p, w / 2 * 1.1, p[2] + h)])
             c.polygon_now(body, rgb)
-            c.polygon_now(_circle(p, w / 2 * 1.1, p[2] + h), _shade(rgb, 0.55))
-            c.polygon_now(_circle(p, w / 2 * 0.85, p[2] + h), _shade(rgb, 0.35))
+            c.polygon_now(_circle(p, w / 2 * 1.1, p[2] + h), rgb)  # the rim: the cup's colour seen from above
+            c.polygon_now(_circle(p, w / 2 * 0.8, p[2] + h), _shade(rgb, 0.6))
     else:
         def draw() -> None:
             s = w / 2
             corners = np.array([[dx, dy, dz] for dx in (-s, s) for dy in (-s, s) for dz in (0.0, h)]) + p
             c.polygon_now(corners, _shade(rgb, 0.8))
             top = np.array([[-s, -s, h], [s, -s, h], [s, s, h], [-s, s, h]]) + p
-            c.polygon_now(top, _shade(rgb, 1.25))
+            c.polygon_now(top, _shade(rgb, 1.1))
     c.later(float(depth[0]), draw)
 
 

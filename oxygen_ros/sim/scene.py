@@ -40,12 +40,13 @@ KINDS = ("cup", "block", "ball")
 # kind -> (width across the fingers, height) in metres
 KIND_SIZE = {"cup": (0.06, 0.08), "block": (0.05, 0.05), "ball": (0.05, 0.05)}
 MIN_OBJECTS, MAX_OBJECTS = 2, 4
-# Objects stand on a 2 x 3 grid of places (distance from the base x bearing), each jittered by up to 1 cm:
-# which place holds the named object is only visible in the camera images, and a small policy can learn
-# it (where free placement left a behaviour-cloned few-M-parameter policy wandering). >= 11 cm apart, so
-# the open fingers never straddle two objects.
-PLACE_REACH_M = (0.30, 0.42)
-PLACE_BEARING = (-0.45, 0.0, 0.45)
+# Objects stand on a 2 x 3 grid of places (rows at a distance x from the base, columns across it at y),
+# each jittered by up to 1 cm: which place holds the named object is only visible in the camera images, and a
+# small policy can learn it (where free placement left a behaviour-cloned few-M-parameter policy wandering).
+# A rectangular grid (not rings of equal reach) lets the base camera give every place its own image patch
+# (see render.BASE_CAMERA). Places are >= 13 cm apart, so the open fingers never straddle two objects.
+PLACE_ROWS_M = (0.28, 0.42)  # x: near, far
+PLACE_COLUMNS_M = (0.15, 0.0, -0.15)  # y: left, centre, right (seen from the base)
 PLACE_JITTER_M = 0.01
 
 # -------------------------------------------------------------------------------------- grasping
@@ -127,12 +128,11 @@ class Scene:
         rng = np.random.default_rng(seed)
         n = int(rng.integers(MIN_OBJECTS, MAX_OBJECTS + 1)) if num_objects is None else num_objects
         colours = rng.permutation(len(COLOURS))[:n]
-        places = [(r, b) for r in PLACE_REACH_M for b in PLACE_BEARING]
+        places = [(x, y) for x in PLACE_ROWS_M for y in PLACE_COLUMNS_M]
         positions = []
         for k in rng.permutation(len(places))[:n]:
-            r, bearing = places[k]
             jitter = rng.uniform(-PLACE_JITTER_M, PLACE_JITTER_M, 2)
-            positions.append(np.array([r * math.cos(bearing) + jitter[0], r * math.sin(bearing) + jitter[1], 0.0]))
+            positions.append(np.array([places[k][0] + jitter[0], places[k][1] + jitter[1], 0.0]))
         objects = [SceneObject(COLOURS[c], KINDS[int(rng.integers(len(KINDS)))], p) for c, p in zip(colours, positions)]
         start = None
         margin = 0.15  # rad inside the joint limits, so the first motions have room
