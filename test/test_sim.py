@@ -209,18 +209,17 @@ def test_the_table_stops_the_arm_and_the_follower_continues_from_there() -> None
 
 
 def test_samples_show_their_scene_in_random_colours_with_matching_texts() -> None:
-    """Colour randomization: per sample the objects are repainted by one permutation; the instruction and the
+    """Colour randomization: per tick the objects are repainted by one permutation; the instruction and the
     texts name the new colours, the geometry (state, actions, where the object stands) is the scene's own."""
-    from oxygen_ros.sim.dataset import _recoloured_sample
+    from oxygen_ros.sim.dataset import tick_samples
     from oxygen_ros.sim.scene import COLOURS
 
     episode = SimEpisode(EpisodeSpec.from_seed(TRAIN_SEED_BASE + 5))
     actions = expert_chunk(episode.scene, episode.target, 10, 0.2)
-    scene, target_index, instruction, state = episode.scene, episode.target, episode.spec.instruction, episode.state
-    same = _recoloured_sample(scene, target_index, instruction, state, actions, None, 64)
+    [same] = tick_samples(episode, actions, None, 64, 10, 0.2)
     assert same.instruction == episode.spec.instruction and same.texts["language"] == episode.subtask
     swap = np.arange(len(COLOURS))[::-1].copy()  # red <-> yellow, blue <-> green
-    other = _recoloured_sample(scene, target_index, instruction, state, actions, swap, 64)
+    [other] = tick_samples(episode, actions, swap, 64, 10, 0.2)
     target = episode.scene.objects[episode.target]
     new_colour = COLOURS[int(swap[COLOURS.index(target.colour)])]
     assert other.instruction == episode.spec.instruction.replace(target.colour, new_colour)
@@ -229,8 +228,35 @@ def test_samples_show_their_scene_in_random_colours_with_matching_texts() -> Non
     assert np.array_equal(other.actions, actions) and np.array_equal(other.state, same.state)
     assert not np.array_equal(other.images[0], same.images[0])  # repainted
     assert [o.colour for o in episode.scene.objects] == [o.colour for o in SimEpisode(episode.spec).scene.objects]
-    samples = list(itertools.islice(episode_samples(TRAIN_SEED_BASE + 5, 10, 0.2, 64), 12))
-    assert len({s.instruction for s in samples}) > 1  # colours differ between the samples of one episode
+    samples = list(itertools.islice(episode_samples(TRAIN_SEED_BASE + 5, 10, 0.2, 64, relabel=False), 12))
+    assert len({s.instruction for s in samples}) > 1  # colours differ between the ticks of one episode
+
+
+def test_each_tick_adds_one_sample_per_other_goal_with_its_own_expert_labels() -> None:
+    """Goal alternatives: while nothing is held, a tick's own sample is followed by one per other object,
+    sharing its image arrays and state, naming that object, with the expert's chunk towards it; once the
+    target is held only the tick's own sample remains."""
+    from oxygen_ros.sim.dataset import tick_samples
+
+    spec = EpisodeSpec.from_seed(TRAIN_SEED_BASE + 11)
+    episode = SimEpisode(spec, 0.2, stop_on_success=False)
+    rng = np.random.default_rng(0)
+    own = expert_chunk(episode.scene, episode.target, 10, 0.2)
+    samples = tick_samples(episode, own, None, 32, 10, 0.2, rng)
+    scene = episode.scene
+    assert len(samples) == len(scene.objects) and np.array_equal(samples[0].actions, own)
+    assert samples[0].instruction == spec.instruction
+    for goal, sample in enumerate(s for s in samples[1:]):
+        named = [i for i, o in enumerate(scene.objects) if o.name in sample.instruction]
+        assert len(named) == 1 and named[0] != episode.target
+        assert sample.texts["language"] == subtask_text(scene, named[0])
+        assert np.array_equal(sample.actions, expert_chunk(scene, named[0], 10, 0.2))
+        assert all(a is b for a, b in zip(sample.images, samples[0].images)) and np.array_equal(sample.state, samples[0].state)
+    assert len({s.instruction for s in samples}) == len(samples)
+    while episode.scene.held is None:  # run the clean expert until it holds the target
+        episode.deliver(trajectory_points(expert_chunk(episode.scene, episode.target, 10, 0.2), JOINT_NAMES, 0.2)[0])
+        episode.advance(episode.time_s + 0.2)
+    assert len(tick_samples(episode, own, None, 32, 10, 0.2, rng)) == 1
 
 
 def test_detour_episodes_visit_another_object_first_and_are_labelled_with_the_named_one(monkeypatch) -> None:  # noqa: ANN001
@@ -250,28 +276,3 @@ def test_detour_episodes_visit_another_object_first_and_are_labelled_with_the_na
     assert nearest_other < 0.03  # it went to another object first
     assert all(s.texts["language"].endswith(spec.target_name) for s in samples)  # labels name the target
     assert samples[-1].texts["language"] == f"lift the {spec.target_name}"  # and it picked the target up
-
-
-def test_relabelled_samples_name_another_goal_with_its_own_expert_labels(monkeypatch) -> None:  # noqa: ANN001
-    """Goal relabelling: a sample may name any object of the scene while nothing is held; its instruction,
-    texts and actions are the expert's for that goal from the robot's real state; held objects keep theirs."""
-    from oxygen_ros.sim import dataset
-
-    monkeypatch.setattr(dataset, "RELABEL_P", 1.0)
-    seed = TRAIN_SEED_BASE + 11
-    spec = EpisodeSpec.from_seed(seed)
-    own = list(episode_samples(seed, 10, 0.2, 32, noisy=False, recolour=False, relabel=False))
-    relabelled = list(episode_samples(seed, 10, 0.2, 32, noisy=False, recolour=False))
-    assert [s.state.tolist() for s in relabelled] == [s.state.tolist() for s in own]  # the robot did the same
-    scene = Scene.random(seed)
-    names = {o.name for o in scene.objects}
-    goals = []
-    for sample, original in zip(relabelled, own):
-        named = [n for n in names if n in sample.instruction]
-        assert len(named) == 1 and sample.texts["language"].endswith(named[0])
-        goals.append(named[0])
-        if original.texts["language"].startswith("lift"):  # holding the target: never relabelled
-            assert sample.instruction == original.instruction and np.array_equal(sample.actions, original.actions)
-        elif named[0] != spec.target_name:  # the expert's way to the other goal, from the same state
-            assert not np.array_equal(sample.actions, original.actions)
-    assert len(set(goals)) > 1

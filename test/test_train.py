@@ -96,7 +96,7 @@ def test_training_forward_equals_inference(tmp_path: Path, tiny_preset: ModelCon
     slots = data.image_slots
     for row, i in enumerate(index.tolist()):
         images = torch.full((cfg.num_image_slots, 3, cfg.vision.image_size, cfg.vision.image_size), -1.0)
-        images[slots] = pixels_from_uint8(data.pixels[i])
+        images[slots] = pixels_from_uint8(data.pixels[data.image_index[i]])
         prompt = data.prompts[i]
         ref = model.joint_velocity(images, slots, prompt, x_t[row], float(times[row]))
         torch.testing.assert_close(velocity[row], ref, rtol=1e-4, atol=1e-4)

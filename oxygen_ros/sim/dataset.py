@@ -11,11 +11,12 @@ is above it) while every sample is still labelled with the way to the named one.
 pose tells where the named object is (the expert always heads for it), and a cloned policy learns to follow
 its arm rather than the instruction; a policy that has wandered to the wrong object must know to leave it.
 
-Goal relabelling: while the robot holds nothing, RELABEL_P of the samples name another object of the scene
-(drawn at random, the episode's own target included) in their instruction, texts and action labels (the
-expert's way to it from where the robot is). Without it a scene's layout and start pose identify the episode,
-and a small model memorizes "this layout: that place" instead of looking for the named object (measured: it
-did, with 0.4 held-out accuracy where the robot still has to find the object). Held objects are never
+Goal alternatives: while the robot holds nothing, a tick yields, after its own sample, one more sample per
+other object of the scene: the same images and state, an instruction naming that object, and its texts and
+action labels (the expert's way to it from where the robot is). Without them a scene's layout and start pose
+identify the episode, and a small model memorizes "this layout: that place" instead of looking for the named
+object (measured: held-out localization stayed near chance where the robot still has to find the object).
+The alternatives share their tick's image arrays (the trainer stores them once). Held objects are never
 relabelled: the expert only ever puts an object down by succeeding with it.
 
 Colour randomization: each sample shows its scene with the object colours permuted at random (the images,
@@ -60,7 +61,6 @@ NOISY_TICK_P = 0.5  # share of a noisy episode's ticks whose executed chunk is o
 GRIPPER_NOISE_M = 0.02
 DROP_CHUNK_P = 0.08
 DETOUR_P = 0.4  # episodes whose robot first heads for another object, labelled with the way to the named one
-RELABEL_P = 0.5  # samples (robot holding nothing) labelled with a random object of the scene as the goal
 
 
 @dataclass(frozen=True)
@@ -101,34 +101,43 @@ def expert_episode(spec: EpisodeSpec, horizon: int = HORIZON, control_period_s: 
     return episode
 
 
-def _recoloured_sample(scene: Scene, target: int | None, instruction: str, state: np.ndarray, actions: np.ndarray,
-                       permutation: np.ndarray | None, image_size: int) -> DemoSample:
-    """The sample of ``scene`` labelled for ``target``, seen with colour i painted as colour permutation[i]
-    (None: as it is)."""
-    if permutation is not None:
-        painted = scene.copy()
-        for o in painted.objects:
-            o.colour = COLOURS[int(permutation[COLOURS.index(o.colour)])]
-        if target is not None:
-            instruction = instruction.replace(scene.objects[target].name, painted.objects[target].name)
-        scene = painted
-    return DemoSample(
-        images=render_views(scene, image_size),
-        state=state,
-        actions=actions,
-        instruction=instruction,
-        texts={name: text(scene, target) or "" for name, text in TEXTS.items()},
-    )
+def _painted(scene: Scene, permutation: np.ndarray | None) -> Scene:
+    """``scene`` with colour i painted as colour permutation[i] (None: the scene itself)."""
+    if permutation is None:
+        return scene
+    painted = scene.copy()
+    for o in painted.objects:
+        o.colour = COLOURS[int(permutation[COLOURS.index(o.colour)])]
+    return painted
 
 
-def _relabelled(episode: SimEpisode, rng: np.random.Generator) -> tuple[int | None, str]:
-    """The goal and instruction a sample is labelled with: the episode's own, or (RELABEL_P of the samples
-    while nothing is held) a random object of the scene named in one of the instruction templates."""
-    scene = episode.scene
-    if episode.target is None or scene.held is not None or rng.random() >= RELABEL_P:
-        return episode.target, episode.spec.instruction
-    goal = int(rng.integers(len(scene.objects)))
-    return goal, instruction_for(scene.objects[goal].name, int(rng.integers(3)))
+def _goal_sample(painted: Scene, images: tuple[np.ndarray, ...], goal: int | None, instruction: str, state: np.ndarray,
+                 actions: np.ndarray) -> DemoSample:
+    """A sample of the (painted) scene labelled for ``goal``."""
+    texts = {name: text(painted, goal) or "" for name, text in TEXTS.items()}
+    return DemoSample(images=images, state=state, actions=actions, instruction=instruction, texts=texts)
+
+
+def tick_samples(episode: SimEpisode, actions: np.ndarray, permutation: np.ndarray | None, image_size: int,
+                 horizon: int, control_period_s: float, rng: np.random.Generator | None = None) -> list[DemoSample]:
+    """The samples of the episode's current tick: its own (instruction, texts, ``actions``), then with ``rng``
+    (while nothing is held) one per other object of the scene as the goal; one rendering, seen painted by
+    ``permutation``."""
+    scene, target = episode.scene, episode.target
+    painted = _painted(scene, permutation)
+    images = render_views(painted, image_size)
+    instruction = episode.spec.instruction
+    if target is not None:
+        instruction = instruction.replace(scene.objects[target].name, painted.objects[target].name)
+    samples = [_goal_sample(painted, images, target, instruction, episode.state, actions)]
+    if rng is None or target is None or scene.held is not None:
+        return samples
+    for goal in range(len(scene.objects)):
+        if goal != target:
+            labels = expert_chunk(scene, goal, horizon, control_period_s)
+            said = instruction_for(painted.objects[goal].name, int(rng.integers(3)))
+            samples.append(_goal_sample(painted, images, goal, said, episode.state, labels))
+    return samples
 
 
 def _decoy(episode: SimEpisode, rng: np.random.Generator) -> int | None:
@@ -142,7 +151,7 @@ def _decoy(episode: SimEpisode, rng: np.random.Generator) -> int | None:
 def episode_samples(episode_seed: int, horizon: int, control_period_s: float, image_size: int,
                     noisy: bool | None = None, recolour: bool = True, relabel: bool = True) -> Iterator[DemoSample]:
     """The samples of one episode (noise on unless ``noisy`` says otherwise or the seed draws a clean one;
-    colours randomized and goals relabelled per sample unless ``recolour`` / ``relabel`` is False)."""
+    colours randomized per tick and goal alternatives unless ``recolour`` / ``relabel`` is False)."""
     spec = EpisodeSpec.from_seed(episode_seed)
     episode = SimEpisode(spec, control_period_s, stop_on_success=False)
     rng = np.random.default_rng([episode_seed, 11])
@@ -152,10 +161,8 @@ def episode_samples(episode_seed: int, horizon: int, control_period_s: float, im
     decoy = _decoy(episode, rng)
     while extra >= 0 and episode.time_s < episode.time_limit_s - 1e-9:
         actions = expert_chunk(episode.scene, episode.target, horizon, control_period_s)
-        goal, instruction = _relabelled(episode, rng) if relabel else (episode.target, episode.spec.instruction)
-        labels = actions if goal == episode.target else expert_chunk(episode.scene, goal, horizon, control_period_s)
         permutation = rng.permutation(len(COLOURS)) if recolour else None
-        yield _recoloured_sample(episode.scene, goal, instruction, episode.state, labels, permutation, image_size)
+        yield from tick_samples(episode, actions, permutation, image_size, horizon, control_period_s, rng if relabel else None)
         if decoy is not None and subtask_index(episode.scene, decoy) != 0:
             decoy = None  # above the decoy: the detour ends, the robot heads for the named object from here
         executed = (actions if decoy is None else expert_chunk(episode.scene, decoy, horizon, control_period_s)).astype(np.float64)

@@ -82,7 +82,7 @@ def make_batch(data: TrainingSet, index: Tensor, tokens_per_image: int, pad_id: 
             at += n
         kinds[row, n_img + length :] = ACTION
         positions[row, n_img + length :] = torch.arange(prefix_len, prefix_len + horizon).repeat(flow_samples)
-    images = pixels_from_uint8(data.pixels[index].flatten(0, 1))
+    images = pixels_from_uint8(data.pixels[data.image_index[index]].flatten(0, 1))
     return Batch(images, tokens, labels, kinds, positions, data.actions[index], n_img, flow_samples)
 
 

@@ -95,7 +95,8 @@ def text_corpus(
 class TrainingSet:
     """Preprocessed samples, stored compactly (images as the uint8 they came from)."""
 
-    pixels: torch.Tensor  # uint8 [N, V, 3, S, S]: the valid image slots; pixels_from_uint8 gives the model input
+    pixels: torch.Tensor  # uint8 [M, V, 3, S, S]: the valid image slots; pixels_from_uint8 gives the model input
+    image_index: torch.Tensor  # long [N]: the row of ``pixels`` each sample shows (samples may share images)
     image_slots: torch.Tensor  # bool [slots]: which slots are valid (the same for every sample)
     prompts: list[torch.Tensor]  # long [n_i] prompt ids, BOS first
     texts: list[list[torch.Tensor]]  # per sample, per task: long target ids (text then EOS)
@@ -120,7 +121,8 @@ def build_training_set(
     samples: Sequence[Sample], runtime: PolicyRuntime, task_names: Sequence[str], delta_mask: Sequence[bool] = ()
 ) -> TrainingSet:
     """Preprocess every sample with ``runtime.make_frame``; text targets are ``" " + text`` then EOS; action
-    targets normalized after DeltaActions with ``delta_mask``."""
+    targets normalized after DeltaActions with ``delta_mask``. Consecutive samples holding the very same image
+    arrays (goal alternatives of one tick) store their pixels once."""
     norm = runtime.normalizer
     if norm is None:
         raise ValueError("the runtime needs the norm stats of the training data")
@@ -132,8 +134,9 @@ def build_training_set(
     if norm.action_dim != cfg.action_dim:
         raise ValueError(f"the data has {norm.action_dim} action dims; the model config has {cfg.action_dim}")
     tok = runtime.tokenizer
-    pixels, prompts, texts, actions = [], [], [], []
+    pixels, image_index, prompts, texts, actions = [], [], [], [], []
     slots: torch.Tensor | None = None
+    previous_images: tuple | None = None
     for i, s in enumerate(samples):
         if s.actions.shape != (cfg.action_horizon, cfg.action_dim):
             raise ValueError(f"sample {i}: action chunk {s.actions.shape}, the model needs ({cfg.action_horizon}, {cfg.action_dim})")
@@ -142,11 +145,16 @@ def build_training_set(
             slots = frame.image_mask.cpu()
         elif not torch.equal(slots, frame.image_mask.cpu()):
             raise ValueError(f"sample {i}: its cameras fill other image slots than the first sample's")
-        valid = frame.images.cpu()[slots]
-        stored = _to_uint8(valid)
-        if not torch.equal(pixels_from_uint8(stored), valid):
-            raise AssertionError("image preprocessing is no longer a uint8 → [-1, 1] scaling; store floats instead")
-        pixels.append(stored)
+        shared = previous_images is not None and len(s.images) == len(previous_images) and all(
+            a is b for a, b in zip(s.images, previous_images))
+        if not shared:
+            valid = frame.images.cpu()[slots]
+            stored = _to_uint8(valid)
+            if not torch.equal(pixels_from_uint8(stored), valid):
+                raise AssertionError("image preprocessing is no longer a uint8 → [-1, 1] scaling; store floats instead")
+            pixels.append(stored)
+        previous_images = tuple(s.images)
+        image_index.append(len(pixels) - 1)
         prompts.append(frame.prompt_tokens.cpu())
         texts.append([torch.tensor(tok.encode(" " + s.texts[n]) + [cfg.eos_token_id]) for n in task_names])
         actions.append(norm.normalize_actions(relative_actions(s, delta_mask)))
@@ -154,6 +162,7 @@ def build_training_set(
         raise ValueError("no training samples")
     return TrainingSet(
         pixels=torch.stack(pixels),
+        image_index=torch.tensor(image_index, dtype=torch.long),
         image_slots=slots,
         prompts=prompts,
         texts=texts,

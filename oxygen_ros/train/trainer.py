@@ -51,7 +51,7 @@ def training_tasks() -> list[TaskConfig]:
 class TrainConfig:
     steps: int = 2400
     seed: int = 0
-    samples: int = 16000  # expert samples, generated before training
+    samples: int = 32000  # expert samples (about 2.2 per control tick with the goal alternatives), generated before training
     data_workers: int = 2  # processes generating them (part of what makes the data: keep it fixed)
     batch_size: int = 32
     lr: float = 2e-3
