@@ -35,6 +35,14 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_PARAMS = ROOT / "config" / "demo_policy.yaml"
 
 
+def _shown(path: str | Path) -> str:
+    """A path for a results file: relative to the repository when inside it (no machine paths in records)."""
+    try:
+        return str(Path(path).resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def _resolve(path: str, params_file: Path) -> str:
     """A relative model path as the node would read it from the working directory, else from the repository."""
     if not path or Path(path).expanduser().is_absolute() or Path(path).exists():
@@ -154,8 +162,9 @@ def _chunking(args: argparse.Namespace) -> int:
     except RuntimeLoadError as exc:
         print(f"oxygen-sim: {exc}", file=sys.stderr)
         return 1
-    meta = {"episodes": args.episodes, "seed": args.seed, "model": config.checkpoint or f"preset {config.model_preset}",
-            "params_file": str(args.params_file), "time_limit_s": args.time_limit,
+    meta = {"episodes": args.episodes, "seed": args.seed,
+            "model": _shown(config.checkpoint) if config.checkpoint else f"preset {config.model_preset}",
+            "params_file": _shown(args.params_file), "time_limit_s": args.time_limit,
             "control_period_s": settings.control_period_s, "step_period_s": settings.action_period_s,
             "engine_mode": config.engine_mode, "rtc_beta": config.rtc_beta, "rtc_schedule": config.rtc_schedule,
             "rtc_prefix_attention_horizon": config.rtc_prefix_attention_horizon, "n_action_steps": config.n_action_steps,
