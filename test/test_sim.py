@@ -246,7 +246,7 @@ def test_each_tick_adds_one_sample_per_other_goal_with_its_own_expert_labels() -
     scene = episode.scene
     assert len(samples) == len(scene.objects) and np.array_equal(samples[0].actions, own)
     assert samples[0].instruction == spec.instruction
-    for goal, sample in enumerate(s for s in samples[1:]):
+    for sample in samples[1:]:
         named = [i for i, o in enumerate(scene.objects) if o.name in sample.instruction]
         assert len(named) == 1 and named[0] != episode.target
         assert sample.texts["language"] == subtask_text(scene, named[0])

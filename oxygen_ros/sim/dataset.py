@@ -15,7 +15,7 @@ Goal alternatives: while the robot holds nothing, a tick yields, after its own s
 other object of the scene: the same images and state, an instruction naming that object, and its texts and
 action labels (the expert's way to it from where the robot is). Without them a scene's layout and start pose
 identify the episode, and a small model memorizes "this layout: that place" instead of looking for the named
-object (measured: held-out localization stayed near chance where the robot still has to find the object).
+object (measured: without them the first chunk headed for the named object at chance on held-out scenes).
 The alternatives share their tick's image arrays (the trainer stores them once). Held objects are never
 relabelled: the expert only ever puts an object down by succeeding with it.
 
