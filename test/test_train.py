@@ -4,6 +4,7 @@ and the training forward computes exactly what inference computes (prefix, text 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from pathlib import Path
 
@@ -227,3 +228,30 @@ def test_the_weight_average_warms_up_then_follows_its_decay() -> None:
         expected = value if expected is None else expected * d + value * (1.0 - d)
         assert float(ema.module.weight) == pytest.approx(expected)
     assert float(ema.module.weight) != float(model.weight)
+
+
+def test_dagger_rounds_train_on_what_the_current_policy_reached(tmp_path: Path, tiny_preset: ModelConfig) -> None:
+    seen: list[tuple[str, int, torch.Tensor]] = []
+
+    @dataclasses.dataclass
+    class Rollouts:
+        samples: list
+        episodes: int
+        successes: int
+
+    def on_policy(runtime: PolicyRuntime, seed: int, episodes: int, progress: bool) -> Rollouts:
+        seen.append((runtime.config.engine_mode, seed, runtime.model.action_out_proj.weight.detach().clone()))
+        samples = list(itertools.islice(fake_expert_samples(seed, tiny_preset.action_horizon, 0.2, tiny_preset.vision.image_size), 8))
+        return Rollouts(samples, episodes, 1)
+
+    cfg = small_config(tiny_preset, dagger_rounds=2, dagger_episodes=3, dagger_fresh_samples=6, dagger_steps=4)
+    result = train(cfg, fake_expert_samples, tmp_path, progress=False, on_policy=on_policy)
+    assert len(result.history["total"]) == cfg.steps + 2 * cfg.dagger_steps
+    assert [(mode, seed) for mode, seed, _ in seen] == [("action_only", 1), ("action_only", 2)]
+    assert not torch.equal(seen[0][2], seen[1][2])  # round 2 rolled out the weights round 1 trained
+    summary = json.loads((tmp_path / "train_summary.json").read_text())
+    assert [r["on_policy_samples"] for r in summary["dagger_rounds"]] == [8, 8]
+    assert [r["successes"] for r in summary["dagger_rounds"]] == [1, 1]
+    # Without an on-policy source (or with no rounds) training is behaviour cloning alone.
+    plain = train(dataclasses.replace(cfg, dagger_rounds=0), fake_expert_samples, tmp_path / "bc", progress=False, on_policy=on_policy)
+    assert len(plain.history["total"]) == cfg.steps and len(seen) == 2

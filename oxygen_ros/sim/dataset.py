@@ -77,9 +77,10 @@ def vocabulary() -> list[str]:
     return sorted({t for texts in all_texts().values() for t in texts})
 
 
-def training_seeds(seed: int) -> Iterator[int]:
-    """Episode seeds for a training run: >= TRAIN_SEED_BASE, deterministic for ``seed``."""
-    rng = np.random.default_rng([seed, 1_000_003])
+def training_seeds(seed: int, stream: int = 0) -> Iterator[int]:
+    """Episode seeds for a training run: >= TRAIN_SEED_BASE, deterministic for ``seed`` (and ``stream``, which
+    draws an independent sequence for another use of the same seed)."""
+    rng = np.random.default_rng([seed, 1_000_003, stream] if stream else [seed, 1_000_003])
     while True:
         yield TRAIN_SEED_BASE + int(rng.integers(0, 10**12))
 

@@ -35,6 +35,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=d.threads, help="torch CPU threads (0 = torch's default)")
     p.add_argument("--save-every", type=int, default=0, help="also write the checkpoint every N steps (0 = at the end)")
     p.add_argument("--absolute-actions", action="store_true", help="train on absolute joint targets (default: arm joints relative to the state)")
+    p.add_argument("--dagger-rounds", type=int, default=d.dagger_rounds,
+                   help="rounds of on-policy episodes labelled by the expert after --steps (0 = behaviour cloning only; default %(default)s)")
+    p.add_argument("--dagger-episodes", type=int, default=d.dagger_episodes, help="policy episodes per round (default %(default)s)")
+    p.add_argument("--dagger-samples", type=int, default=d.dagger_fresh_samples, help="new expert samples per round (default %(default)s)")
+    p.add_argument("--dagger-steps", type=int, default=d.dagger_steps, help="optimizer steps per round (default %(default)s)")
+    p.add_argument("--dagger-lr", type=float, default=d.dagger_lr, help="peak learning rate of a round (default %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)
 
@@ -44,20 +50,27 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.steps, args.samples, args.batch_size, args.flow_samples) < 1:
         print("oxygen-train-demo: --steps, --samples, --batch-size and --flow-samples must be positive", file=sys.stderr)
         return 2
+    if min(args.dagger_rounds, args.dagger_episodes, args.dagger_samples, args.dagger_steps) < 0:
+        print("oxygen-train-demo: the --dagger-* counts must not be negative", file=sys.stderr)
+        return 2
+    from oxygen_ros.sim.dagger import policy_samples
     from oxygen_ros.sim.dataset import expert_samples, vocabulary
 
     cfg = TrainConfig(
         steps=args.steps, seed=args.seed, samples=args.samples, data_workers=args.data_workers, batch_size=args.batch_size, lr=args.lr,
         warmup_steps=min(args.warmup_steps, args.steps), flow_weight=args.flow_weight, text_weight=args.text_weight, flow_samples=args.flow_samples, ema_decay=args.ema_decay,
         preset=args.preset, dtype=args.dtype, threads=args.threads, save_every=args.save_every, delta_actions=not args.absolute_actions,
+        dagger_rounds=args.dagger_rounds, dagger_episodes=args.dagger_episodes, dagger_fresh_samples=args.dagger_samples,
+        dagger_steps=args.dagger_steps, dagger_lr=args.dagger_lr,
     )
-    result = train(cfg, expert_samples, args.out, vocabulary(), progress=not args.no_progress)
+    result = train(cfg, expert_samples, args.out, vocabulary(), progress=not args.no_progress, on_policy=policy_samples)
     steps = len(result.history["total"])
     print(json.dumps({
         "out": str(result.out_dir), "steps": steps, "samples": result.samples,
         "data_seconds": round(result.data_seconds, 1), "train_seconds": round(result.train_seconds, 1),
         "steps_per_second": round(steps / max(result.train_seconds, 1e-9), 3),
         "final_losses": {k: round(v, 5) for k, v in result.final.items()},
+        "dagger_rounds": result.dagger,
     }))
     return 0
 

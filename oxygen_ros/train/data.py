@@ -106,6 +106,22 @@ class TrainingSet:
     def __len__(self) -> int:
         return self.actions.shape[0]
 
+    def __add__(self, other: "TrainingSet") -> "TrainingSet":
+        """Both sets' samples, this one's first (the same image slots and task continuations required)."""
+        if not torch.equal(self.image_slots, other.image_slots):
+            raise ValueError("the training sets fill different image slots")
+        if [c.tolist() for c in self.continuations] != [c.tolist() for c in other.continuations]:
+            raise ValueError("the training sets have different text tasks")
+        return TrainingSet(
+            pixels=torch.cat([self.pixels, other.pixels]),
+            image_index=torch.cat([self.image_index, other.image_index + self.pixels.shape[0]]),
+            image_slots=self.image_slots,
+            prompts=self.prompts + other.prompts,
+            texts=self.texts + other.texts,
+            actions=torch.cat([self.actions, other.actions]),
+            continuations=self.continuations,
+        )
+
 
 def _to_uint8(pixels: torch.Tensor) -> torch.Tensor:
     """Invert ``u / 255 * 2 - 1`` exactly (every model input pixel came from a uint8)."""

@@ -2,7 +2,8 @@
 
 Order of work: expert episodes → norm stats → a SentencePiece tokenizer of the data's vocabulary → a
 ``PolicyRuntime`` around the fresh model (its preprocessing turns every sample into model inputs) →
-AdamW with warm-up and cosine decay on flow-matching + next-token losses → checkpoint in the native layout
+AdamW with warm-up and cosine decay on flow-matching + next-token losses → DAgger rounds (the policy drives,
+the expert labels what it reaches; each round a short schedule of its own) → checkpoint in the native layout
 (``model.safetensors``, ``config.json``, ``assets/demo/norm_stats.json``) + ``tokenizer.model`` + the loss
 curves. Every random draw comes from the seed, so one seed gives one checkpoint (on one machine).
 """
@@ -12,9 +13,10 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Protocol
 
 import torch
 from torch import Tensor, nn
@@ -32,10 +34,11 @@ from oxygen_ros.runtime.policy import PolicyRuntime
 
 from .batch import make_batch
 from .forward import compute_losses
-from .data import SampleSource, TrainingSet, build_training_set, collect_samples, compute_norm_stats, text_corpus
+from .data import Sample, SampleSource, TrainingSet, build_training_set, collect_samples, compute_norm_stats, text_corpus
 from .plot import plot_losses
 
 ASSET_ID = "demo"
+DAGGER_WARMUP_STEPS = 20
 TOKENIZER_FILE = "tokenizer.model"
 SUMMARY_FILE = "train_summary.json"
 
@@ -72,6 +75,13 @@ class TrainConfig:
     save_every: int = 0  # also write the checkpoint every this many steps (0 = only at the end)
     delta_actions: bool = True  # arm joints relative to the state, gripper absolute (openpi's DeltaActions)
     ema_decay: float = 0.99  # the checkpoint holds an exponential moving average of the weights (0 = the last weights)
+    # DAgger: after ``steps``, rounds of on-policy episodes labelled by the expert, each followed by its own
+    # short schedule on all on-policy samples so far + fresh expert samples (see oxygen_ros/sim/dagger.py)
+    dagger_rounds: int = 2
+    dagger_episodes: int = 80  # policy episodes per round
+    dagger_fresh_samples: int = 10000  # new expert samples per round
+    dagger_steps: int = 600
+    dagger_lr: float = 5e-4
 
     def model_config(self) -> ModelConfig:
         return self.model or preset(self.preset)
@@ -88,6 +98,7 @@ class TrainResult:
     samples: int
     data_seconds: float
     train_seconds: float
+    dagger: list[dict] = field(default_factory=list)  # per round: episodes, successes, samples
 
     @property
     def final(self) -> dict[str, float]:
@@ -175,10 +186,26 @@ def prepare(
     return runtime, data, stats
 
 
+class OnPolicyResult(Protocol):
+    samples: Sequence[Sample]
+    episodes: int
+    successes: int
+
+
+# on_policy(runtime, seed, episodes, progress) → the runtime's policy driving episodes, labelled by the expert
+OnPolicySource = Callable[[PolicyRuntime, int, int, bool], OnPolicyResult]
+
+
 def train(
-    cfg: TrainConfig, source: SampleSource, out_dir: str | Path, vocabulary: Sequence[str] = (), progress: bool = True
+    cfg: TrainConfig,
+    source: SampleSource,
+    out_dir: str | Path,
+    vocabulary: Sequence[str] = (),
+    progress: bool = True,
+    on_policy: OnPolicySource | None = None,
 ) -> TrainResult:
-    """Train on ``samples`` from ``source`` (the expert); ``vocabulary``: extra strings for the tokenizer."""
+    """Train on ``samples`` from ``source`` (the expert); ``vocabulary``: extra strings for the tokenizer;
+    then ``cfg.dagger_rounds`` rounds on ``on_policy`` data (DAgger; skipped without ``on_policy``)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if cfg.threads:
@@ -187,22 +214,94 @@ def train(
     runtime, data, stats = prepare(cfg, source, out, vocabulary)
     data_seconds = time.perf_counter() - t0
     model = runtime.model
+    history: dict[str, list[float]] = {"total": [], "flow": [], "text": [], "lr": []}
+    save = (lambda m: _save_weights(m, out, stats, cfg.delta_mask(model.config.action_dim))) if cfg.save_every else None
+    t1 = time.perf_counter()
+    saved = _optimize(model, data, cfg, cfg, torch.Generator().manual_seed(cfg.seed), history, "train", progress, save)
+    train_seconds = time.perf_counter() - t1
+    rounds: list[dict] = []
+    on_policy_sets: TrainingSet | None = None  # every round's on-policy samples so far (DAgger aggregates them)
+    round_schedule = replace(cfg, steps=cfg.dagger_steps, lr=cfg.dagger_lr, warmup_steps=min(DAGGER_WARMUP_STEPS, cfg.dagger_steps))
+    for r in range(cfg.dagger_rounds if on_policy is not None and min(cfg.dagger_steps, cfg.dagger_episodes) > 0 else 0):
+        t2 = time.perf_counter()
+        new, fresh, report = _on_policy_round(cfg, r, runtime, saved, source, on_policy, progress)  # type: ignore[arg-type]
+        on_policy_sets = new if on_policy_sets is None else on_policy_sets + new
+        data_seconds += time.perf_counter() - t2
+        with torch.no_grad():  # go on from the averaged weights the rollouts saw, with a fresh optimizer
+            for target, value in zip(model.parameters(), saved.parameters()):
+                target.copy_(value)
+        t3 = time.perf_counter()
+        generator = torch.Generator().manual_seed(_round_seed(cfg, r))
+        saved = _optimize(model, on_policy_sets + fresh if fresh else on_policy_sets, cfg, round_schedule, generator, history, f"dagger {r + 1}", progress, None)
+        train_seconds += time.perf_counter() - t3
+        rounds.append(report)
+    model.eval().requires_grad_(False)
+    saved.eval().requires_grad_(False)
+    result = TrainResult(out, history, len(data), data_seconds, train_seconds, rounds)
+    save_outputs(cfg, result, saved, stats)
+    return result
+
+
+def _round_seed(cfg: TrainConfig, r: int) -> int:
+    return cfg.seed * 1000 + 1 + r
+
+
+def _on_policy_round(
+    cfg: TrainConfig, r: int, runtime: PolicyRuntime, policy: Pi05Model, source: SampleSource, on_policy: OnPolicySource,
+    progress: bool,
+) -> tuple[TrainingSet, TrainingSet | None, dict]:
+    """Round ``r``'s data: ``policy`` (the averaged weights) drives ``cfg.dagger_episodes`` episodes labelled
+    by the expert (the first set), and ``cfg.dagger_fresh_samples`` new expert samples (the second: the
+    round does not forget the expert's own states); a report for the summary."""
+    policy.eval().requires_grad_(False)
+    rollout = PolicyRuntime(
+        replace(runtime.config, engine_mode="action_only"), policy, runtime.tokenizer, runtime.normalizer
+    )
+    got = on_policy(rollout, _round_seed(cfg, r), cfg.dagger_episodes, progress)
+    if not got.samples:
+        raise ValueError(f"DAgger round {r + 1}: the on-policy episodes produced no samples")
+    c = runtime.model_config
+    fresh = collect_samples(source, _round_seed(cfg, r), cfg.dagger_fresh_samples, c.action_horizon, cfg.control_period_s,
+                            c.vision.image_size, cfg.data_workers)  # fmt: skip
+    tasks = [t.name for t in cfg.tasks]
+    delta_mask = cfg.delta_mask(c.action_dim)
+    report = {
+        "round": r + 1, "episodes": got.episodes, "successes": got.successes, "on_policy_samples": len(got.samples),
+        "fresh_samples": len(fresh),
+    }  # fmt: skip
+    if progress:
+        print(f"DAgger round {r + 1}: the policy solved {got.successes}/{got.episodes} training episodes; "
+              f"{len(got.samples)} on-policy samples + {len(fresh)} expert samples", flush=True)  # fmt: skip
+    fresh_set = build_training_set(fresh, runtime, tasks, delta_mask) if fresh else None
+    return build_training_set(got.samples, runtime, tasks, delta_mask), fresh_set, report
+
+
+def _optimize(
+    model: Pi05Model,
+    data: TrainingSet,
+    cfg: TrainConfig,
+    schedule: TrainConfig,
+    generator: torch.Generator,
+    history: dict[str, list[float]],
+    desc: str,
+    progress: bool,
+    save: Callable[[Pi05Model], None] | None,
+) -> Pi05Model:
+    """``schedule.steps`` AdamW steps on ``data`` (learning rate from ``schedule``); returns the model to save:
+    the moving average of the weights (or the weights themselves without one)."""
     model.train().requires_grad_(True)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr, betas=(0.9, 0.95),
+        lr=schedule.lr, betas=(0.9, 0.95),
     )
-    generator = torch.Generator().manual_seed(cfg.seed)
     c = model.config
     ema = ema_model(model, cfg.ema_decay) if cfg.ema_decay > 0 else None
     saved = model if ema is None else ema.module
-    history: dict[str, list[float]] = {"total": [], "flow": [], "text": [], "lr": []}
-    t1 = time.perf_counter()
-    bar = tqdm(range(cfg.steps), desc="train", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(range(schedule.steps), desc=desc, disable=not progress, dynamic_ncols=True)
     for step in bar:
-        lr = lr_at(step, cfg)
+        lr = lr_at(step, schedule)
         for group in optimizer.param_groups:
             group["lr"] = lr
         index = torch.randint(len(data), (cfg.batch_size,), generator=generator)
@@ -218,14 +317,9 @@ def train(
             history[key].append(float(value.detach()))
         history["lr"].append(lr)
         bar.set_postfix(flow=f"{history['flow'][-1]:.4f}", text=f"{history['text'][-1]:.3f}", lr=f"{lr:.1e}")
-        if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
-            _save_weights(saved, out, stats, cfg.delta_mask(c.action_dim))
-    train_seconds = time.perf_counter() - t1
-    model.eval().requires_grad_(False)
-    saved.eval().requires_grad_(False)
-    result = TrainResult(out, history, len(data), data_seconds, train_seconds)
-    save_outputs(cfg, result, saved, stats)
-    return result
+        if save is not None and cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < schedule.steps:
+            save(saved)
+    return saved
 
 
 def _save_weights(model: Pi05Model, out: Path, stats: dict, delta_mask: list[bool]) -> None:
@@ -247,5 +341,6 @@ def save_outputs(cfg: TrainConfig, result: TrainResult, model: Pi05Model, stats:
         "steps_per_second": round(steps / max(result.train_seconds, 1e-9), 3),
         "final_losses": {k: round(v, 5) for k, v in result.final.items()},
         "torch_threads": torch.get_num_threads(),
+        "dagger_rounds": result.dagger,
     }
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
