@@ -5,6 +5,7 @@ its seed. Episodes are seeded from TRAIN_SEED_BASE upwards (held-out evaluation 
 robot executes the expert's chunks with injected noise (a random offset that grows over each chunk, and now
 and then a chunk that never arrives), while every sample is labelled with the expert's correction from the
 state the robot is really in (DAgger-style), so a cloned policy learns to recover from its own errors.
+(`dagger.py` goes further: the trained policy itself drives, and the expert labels the states it reaches.)
 
 Detours: in DETOUR_P of the episodes the robot first executes the expert's way to another object (until it
 is above it) while every sample is still labelled with the way to the named one. Without them the arm's own
