@@ -1,4 +1,4 @@
-"""Lanes: a decode step overlapped with the prefill and action chunk on threads of their own. Each request's greedy text,
+"""Lanes: a decode step overlapped with the action chunk on threads of their own. Each request's greedy text,
 the action chunks and the tokens per frame are what they are without overlap."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_overlapped_decode_gives_each_request_its_own_greedy_text_and_same_actio
     for rid, (frame, task) in origin.items():
         expected = decode_alone(model, frame, list(specs[task].continuation), specs[task].max_tokens)
         assert tokens[rid] == expected, (rid, task)
-    # The decode step really ran inside the tick (during the prefill and action chunk) from the second frame on,
+    # The decode step really ran inside the tick (during the action chunk) from the second frame on,
     # and with k = 1 it was the only one: one token per live request per frame, as without overlap.
     assert not reports[0].tick.events and all(r.tick.events for r in reports[1:])
     assert all(r.events == r.tick.events for r in reports[1:])

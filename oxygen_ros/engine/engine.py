@@ -53,7 +53,7 @@ class EngineStats:
 
 
 class EngineLanes:
-    """The worker threads of an engine that overlaps a decode step with the prefill and action chunk (see ``lanes``)."""
+    """The worker threads of an engine that overlaps a decode step with the action chunk (see ``lanes``)."""
 
     def __init__(self, device: torch.device | str, action_threads: int = 1, decode_threads: int = 1) -> None:
         self.action = Lane("action", action_threads, device)
@@ -116,28 +116,21 @@ class Engine:
     # ------------------------------------------------------------------------------------------ frames
     def prefill(self, frame: FrameInput) -> tuple[SharedPrefix, float]:
         """Prefill one observation into the pool; returns the prefix (held by the caller) and seconds."""
-        prefix = self._new_prefix(frame)
+        t0 = time.perf_counter()
+        n_img = int(frame.image_mask.sum()) * self.config.tokens_per_image
+        prefix = self.kv.new_prefix(n_img + frame.prompt_tokens.numel(), frame.frame_seq, frame.stamp_ns)
         try:
-            return prefix, self._fill_prefix(prefix, frame)
+            pool = self.kv.pool
+            out = self.model.prefill(
+                frame.images, frame.image_mask, frame.prompt_tokens, pool.view_k(prefix.extent), pool.view_v(prefix.extent)
+            )
+            assert out.length == prefix.length
+            self._prefix_tokens = prefix.length
+            _sync(self.model.device)
         except BaseException:
             self.kv.release(prefix)
             raise
-
-    def _new_prefix(self, frame: FrameInput) -> SharedPrefix:
-        n_img = int(frame.image_mask.sum()) * self.config.tokens_per_image
-        return self.kv.new_prefix(n_img + frame.prompt_tokens.numel(), frame.frame_seq, frame.stamp_ns)
-
-    def _fill_prefix(self, prefix: SharedPrefix, frame: FrameInput) -> float:
-        """Run the prefill into ``prefix``'s extent (the pool only; the KV manager is not touched)."""
-        t0 = time.perf_counter()
-        pool = self.kv.pool
-        out = self.model.prefill(
-            frame.images, frame.image_mask, frame.prompt_tokens, pool.view_k(prefix.extent), pool.view_v(prefix.extent)
-        )
-        assert out.length == prefix.length
-        self._prefix_tokens = prefix.length
-        _sync(self.model.device)
-        return time.perf_counter() - t0
+        return prefix, time.perf_counter() - t0
 
     def act(
         self, prefix: SharedPrefix, noise: torch.Tensor | None = None, guide: ChunkGuide | None = None,
@@ -208,33 +201,25 @@ class Engine:
 
     def tick(
         self, frame: FrameInput, noise: torch.Tensor | None = None, tasks: Sequence[TextTask] | None = None,
-        overlap_decode: bool = False,
+        decode_during_action: bool = False,
     ) -> TickResult:
         """The critical path: shared prefill → action chunk → fork this frame's text requests.
 
         ``tasks`` overrides the schedule (``[]`` = action only); by default the tasks due on this tick start.
-        ``overlap_decode`` (needs ``lanes``): one batched decode step of the requests already live runs on the
-        decode lane while the prefill and then the action chunk run; its events are in ``result.events``.
-        The prefix's extent is reserved before the step starts and the requests this tick starts join the next
-        step, so only one thread at a time changes the KV manager, and each request's tokens are the same
-        either way. (Measured on a 2-core CPU: a decode step hides almost entirely under the prefill, whose
-        second thread gains little, and only partly under the compiled action chunk.)
+        ``decode_during_action`` (needs ``lanes``): one batched decode step of the requests already live runs on
+        the decode lane while the action chunk runs on the action lane; its events are in ``result.events``.
+        The requests this tick starts join the next step. Each request's tokens are the same either way.
         """
         due = self.due_tasks() if tasks is None else list(tasks)
         self._ticks += 1
-        prefix = self._new_prefix(frame)
+        prefix, prefill_s = self.prefill(frame)
         side = None
-        if overlap_decode and self.lanes is not None and self.kv.running():
+        if decode_during_action and self.lanes is not None and self.kv.running():
             side = self.lanes.decode.submit(self.decode_step)
         try:
-            try:
-                prefill_s = self._fill_prefix(prefix, frame)
-                actions, action_s = self.act(prefix, noise, frame.guide)
-            finally:
-                events = side.result() if side is not None else []  # before anything else touches the KV manager
-        except BaseException:
-            self.kv.release(prefix)
-            raise
+            actions, action_s = self.act(prefix, noise, frame.guide)
+        finally:
+            events = side.result() if side is not None else []  # the KV manager is touched by one thread at a time
         try:
             wanted = due or self.kv.waiting_count or len(self.questions)
             result = self.start_requests(prefix, frame, due) if wanted else None

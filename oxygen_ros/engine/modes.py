@@ -118,7 +118,7 @@ class ParallelRunner(ModeRunner):
 class OxygenRunner(ModeRunner):
     """Shared prefill, then either k decode steps (``tokens_per_frame``) or as many as fit before
     ``frame_budget_s`` after the frame started (deadline-aware). With engine lanes the first of them overlaps
-    the prefill and the action chunk."""
+    the action chunk."""
 
     name = "oxygen"
 
@@ -132,8 +132,8 @@ class OxygenRunner(ModeRunner):
 
     def _run(self, frame: FrameInput, noise: torch.Tensor | None) -> tuple[TickResult, list[TextEvent]]:
         start = time.monotonic()
-        # With lanes, the frame's first decode step runs during the prefill and action chunk (it counts as one of the k).
-        tick = self.engine.tick(frame, noise, overlap_decode=self.engine.lanes is not None)
+        # With lanes, the frame's first decode step runs during the action chunk (it counts as one of the k).
+        tick = self.engine.tick(frame, noise, decode_during_action=self.engine.lanes is not None)
         events = tick.events
         if self.fixed is not None:
             return tick, events + self.fixed.run(self.engine, steps=self.fixed.k - (1 if events else 0))

@@ -398,7 +398,7 @@ class PolicyRuntime:
 
     def _step(self, frame: FrameInput) -> StepResult:
         if isinstance(self.runner, OxygenRunner):
-            tick = self.engine.tick(frame, overlap_decode=self.lanes is not None)
+            tick = self.engine.tick(frame, decode_during_action=self.lanes is not None)
             events = tick.events
         else:
             report = self.runner.frame(frame)
