@@ -22,7 +22,7 @@ from oxygen_ros.runtime.policy import PolicyRuntime
 
 
 class Sample(Protocol):
-    """What the simulator's ``oxygen_ros.sim.dataset.DemoSample`` provides (see INTERFACE.md)."""
+    """What the simulator's ``oxygen_ros.sim.dataset.DemoSample`` provides."""
 
     images: tuple[np.ndarray, ...]
     state: np.ndarray
