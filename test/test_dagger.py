@@ -56,6 +56,21 @@ def test_the_episodes_are_deterministic_for_the_seed(runtime: PolicyRuntime) -> 
     assert all(np.array_equal(x.actions, y.actions) and x.instruction == y.instruction for x, y in zip(a.samples, b.samples))
 
 
+def test_worker_processes_give_the_same_episodes_as_one_process(runtime: PolicyRuntime) -> None:
+    import torch
+
+    threads = torch.get_num_threads()
+    one = policy_samples(runtime, seed=7, episodes=3, progress=False, time_limit_s=LIMIT_S, workers=1)
+    two = policy_samples(runtime, seed=7, episodes=3, progress=False, time_limit_s=LIMIT_S, workers=2)
+    assert torch.get_num_threads() == threads  # the rollouts' one thread does not leak into the caller
+    assert one.seeds == two.seeds and one.successes == two.successes and len(one.samples) == len(two.samples) > 0
+    for a, b in zip(one.samples, two.samples):
+        np.testing.assert_array_equal(a.state, b.state)
+        np.testing.assert_array_equal(a.actions, b.actions)
+        assert a.instruction == b.instruction and a.texts == b.texts
+        assert all(np.array_equal(x, y) for x, y in zip(a.images, b.images))
+
+
 def test_a_runtime_that_decodes_text_is_refused() -> None:
     oxygen = PolicyRuntime.load(RuntimeConfig(model_preset="tiny", engine_mode="oxygen", tokens_per_frame=1, num_threads=1))
     with pytest.raises(ValueError, match="action_only"):

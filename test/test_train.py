@@ -239,7 +239,7 @@ def test_dagger_rounds_train_on_what_the_current_policy_reached(tmp_path: Path, 
         episodes: int
         successes: int
 
-    def on_policy(runtime: PolicyRuntime, seed: int, episodes: int, progress: bool) -> Rollouts:
+    def on_policy(runtime: PolicyRuntime, seed: int, episodes: int, progress: bool, workers: int) -> Rollouts:
         seen.append((runtime.config.engine_mode, seed, runtime.model.action_out_proj.weight.detach().clone()))
         samples = list(itertools.islice(fake_expert_samples(seed, tiny_preset.action_horizon, 0.2, tiny_preset.vision.image_size), 8))
         return Rollouts(samples, episodes, 1)

@@ -8,10 +8,17 @@ them (the runtime's own preprocessing, `action_only`), and every tick yields the
 tick (`dataset.tick_samples`: its own sample, the goal alternatives, colours permuted) labelled by the
 expert from the state the policy really reached (Ross et al., 2011). The trainer adds them to its data
 and trains on.
+
+The episodes are independent, so they run in forked worker processes (each on one torch thread, the
+policy's weights shared copy-on-write) and come back in seed order: the result is the same for any number
+of workers.
 """
 
 from __future__ import annotations
 
+import itertools
+import multiprocessing
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,31 +44,75 @@ class OnPolicyData:
     seeds: list[int] = field(default_factory=list)  # the episodes' scene seeds, in order
 
 
+@dataclass(frozen=True)
+class _Rollout:
+    """What a worker needs besides the scene seed (inherited by the forked workers, never pickled)."""
+
+    runtime: PolicyRuntime
+    settings: EvalSettings
+
+
+_JOB: _Rollout | None = None  # set in the parent just before the workers fork
+
+
+def _labelled_episode(seed: int) -> tuple[bool, list[DemoSample]]:
+    """One closed-loop episode of the job's policy on scene ``seed``, every tick labelled by the expert."""
+    assert _JOB is not None
+    runtime, settings = _JOB.runtime, _JOB.settings
+    horizon, size = runtime.model_config.action_horizon, runtime.image_size
+    spec = EpisodeSpec.from_seed(seed)
+    rng = np.random.default_rng([spec.seed, 13])
+    samples: list[DemoSample] = []
+
+    def label(episode: SimEpisode, _step: object) -> None:
+        labels = expert_chunk(episode.scene, episode.target, horizon, settings.control_period_s)
+        permutation = rng.permutation(len(COLOURS))
+        samples.extend(tick_samples(episode, labels, permutation, size, horizon, settings.control_period_s, rng))
+
+    with torch.inference_mode():
+        result = run_episode(runtime, spec, settings, on_tick=label)
+    return result.success, samples
+
+
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def _episodes(seeds: list[int], workers: int) -> Iterator[tuple[bool, list[DemoSample]]]:
+    """The episodes of ``seeds`` in order; one torch thread each, so the result does not depend on ``workers``."""
+    if workers <= 1:
+        threads = torch.get_num_threads()
+        _one_thread()
+        try:
+            yield from map(_labelled_episode, seeds)
+        finally:
+            torch.set_num_threads(threads)
+        return
+    # fork: the policy reaches the workers without a copy; the runtime of this mode starts no threads.
+    with multiprocessing.get_context("fork").Pool(workers, initializer=_one_thread) as pool:
+        yield from pool.imap(_labelled_episode, seeds)
+
+
 def policy_samples(runtime: PolicyRuntime, seed: int, episodes: int, progress: bool = True,
-                   time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> OnPolicyData:
+                   time_limit_s: float = DEFAULT_TIME_LIMIT_S, workers: int = 1) -> OnPolicyData:
     """``episodes`` closed-loop episodes of ``runtime``'s policy on training seeds drawn from ``seed``,
-    every tick labelled by the expert; deterministic for (weights, seed, episodes). The runtime must run
-    ``action_only``: text is not needed here, and decoding it would only cost time."""
+    every tick labelled by the expert, run by ``workers`` processes; deterministic for (weights, seed,
+    episodes). The runtime must run ``action_only``: text is not needed here, and decoding it would only
+    cost time."""
+    global _JOB
     if runtime.config.engine_mode != "action_only":
         raise ValueError(f"on-policy rollouts need an action_only runtime, not {runtime.config.engine_mode!r}")
-    horizon, size = runtime.model_config.action_horizon, runtime.image_size
     settings = EvalSettings(control_period_s=CONTROL_PERIOD_S, time_limit_s=time_limit_s)
-    data = OnPolicyData()
-    seeds = training_seeds(seed, ON_POLICY_STREAM)
-    bar = tqdm(range(episodes), desc="on-policy episodes", disable=not progress, dynamic_ncols=True, leave=False)
-    with torch.inference_mode():
-        for _ in bar:
-            spec = EpisodeSpec.from_seed(next(seeds))
-            rng = np.random.default_rng([spec.seed, 13])
-
-            def label(episode: SimEpisode, _step: object) -> None:
-                labels = expert_chunk(episode.scene, episode.target, horizon, settings.control_period_s)
-                permutation = rng.permutation(len(COLOURS))
-                data.samples.extend(tick_samples(episode, labels, permutation, size, horizon, settings.control_period_s, rng))
-
-            result = run_episode(runtime, spec, settings, on_tick=label)
+    data = OnPolicyData(seeds=list(itertools.islice(training_seeds(seed, ON_POLICY_STREAM), episodes)))
+    _JOB = _Rollout(runtime, settings)
+    try:
+        bar = tqdm(_episodes(data.seeds, min(workers, episodes)), total=episodes, desc="on-policy episodes",
+                   disable=not progress, dynamic_ncols=True, leave=False)  # fmt: skip
+        for success, samples in bar:
             data.episodes += 1
-            data.seeds.append(spec.seed)
-            data.successes += result.success
+            data.successes += success
+            data.samples.extend(samples)
             bar.set_postfix(success=f"{data.successes}/{data.episodes}", samples=len(data.samples))
+    finally:
+        _JOB = None
     return data

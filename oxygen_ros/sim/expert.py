@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from .scene import (
-    ARM_JOINTS, COLOURS, GRIPPER_OPEN_M, JOINT_LOWER, JOINT_UPPER, KINDS, MAX_VELOCITY, Scene, inverse_kinematics,
+    ARM_JOINTS, COLOURS, GRIPPER_OPEN_M, KINDS, MAX_VELOCITY, Scene, clip_to_limits, inverse_kinematics,
 )  # fmt: skip
 
 SUBTASKS = ("move to the {}", "grasp the {}", "lift the {}")
@@ -125,15 +125,15 @@ def expert_command(scene: Scene, target: int | None, dt: float) -> np.ndarray:
     command = q.copy()
     if arm is not None:
         limit = MAX_VELOCITY[:ARM_JOINTS] * dt
-        command[:ARM_JOINTS] = q[:ARM_JOINTS] + np.clip(arm - q[:ARM_JOINTS], -limit, limit)
+        command[:ARM_JOINTS] = q[:ARM_JOINTS] + np.minimum(np.maximum(arm - q[:ARM_JOINTS], -limit), limit)
     command[3] = grip
-    return np.clip(command, JOINT_LOWER, JOINT_UPPER)
+    return clip_to_limits(command)
 
 
 def track(q: np.ndarray, command: np.ndarray, dt: float) -> np.ndarray:
     """Where the joints get in ``dt`` towards ``command`` at their velocity limits (the follower's law)."""
     limit = MAX_VELOCITY * dt
-    return q + np.clip(command - q, -limit, limit)
+    return q + np.minimum(np.maximum(command - q, -limit), limit)
 
 
 def expert_chunk(scene: Scene, target: int | None, horizon: int, period_s: float) -> np.ndarray:

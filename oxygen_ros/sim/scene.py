@@ -75,11 +75,25 @@ class SceneObject:
         return KIND_SIZE[self.kind][1]
 
 
-def forward_kinematics(q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(elbow, wrist, fingertip centre) positions in the world for joint positions q (first 3 used)."""
+_ARM_LOWER, _ARM_UPPER = JOINT_LOWER[:ARM_JOINTS].tolist(), JOINT_UPPER[:ARM_JOINTS].tolist()
+
+
+def clip_to_limits(q: np.ndarray) -> np.ndarray:
+    """``q`` [STATE_DIM] clipped to the joint limits (np.clip's result; its dispatch costs more on 4 values)."""
+    return np.minimum(np.maximum(q, JOINT_LOWER), JOINT_UPPER)
+
+
+def _arm_plane(q: np.ndarray) -> tuple[float, float, float, float, float]:
+    """(yaw, elbow reach r1, elbow height z1, wrist reach r2, wrist height z2) in the arm's vertical plane."""
     yaw, shoulder, elbow = float(q[0]), float(q[1]), float(q[2])
     r1, z1 = UPPER_ARM_M * math.cos(shoulder), SHOULDER_HEIGHT_M + UPPER_ARM_M * math.sin(shoulder)
     r2, z2 = r1 + FOREARM_M * math.cos(shoulder + elbow), z1 + FOREARM_M * math.sin(shoulder + elbow)
+    return yaw, r1, z1, r2, z2
+
+
+def forward_kinematics(q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(elbow, wrist, fingertip centre) positions in the world for joint positions q (first 3 used)."""
+    yaw, r1, z1, r2, z2 = _arm_plane(q)
     c, s = math.cos(yaw), math.sin(yaw)
     elbow_p = np.array([r1 * c, r1 * s, z1])
     wrist = np.array([r2 * c, r2 * s, z2])
@@ -87,12 +101,15 @@ def forward_kinematics(q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 
 def fingertip(q: np.ndarray) -> np.ndarray:
-    return forward_kinematics(q)[2]
+    """The fingertip centre alone (``forward_kinematics``' third point, without building the other two:
+    the physics calls this every substep)."""
+    yaw, _, _, r2, z2 = _arm_plane(q)
+    return np.array([r2 * math.cos(yaw), r2 * math.sin(yaw), z2 - TOOL_M])
 
 
 def inverse_kinematics(tip: np.ndarray) -> np.ndarray | None:
     """Arm joints (yaw, shoulder, elbow) that put the fingertip centre at ``tip``; None if unreachable."""
-    x, y, z = (float(v) for v in tip)
+    x, y, z = float(tip[0]), float(tip[1]), float(tip[2])
     r = math.hypot(x, y)
     d = z + TOOL_M - SHOULDER_HEIGHT_M
     c2 = (r * r + d * d - UPPER_ARM_M**2 - FOREARM_M**2) / (2 * UPPER_ARM_M * FOREARM_M)
@@ -100,10 +117,10 @@ def inverse_kinematics(tip: np.ndarray) -> np.ndarray | None:
         return None
     elbow = -math.acos(c2)  # elbow above the line shoulder-wrist
     shoulder = math.atan2(d, r) - math.atan2(FOREARM_M * math.sin(elbow), UPPER_ARM_M + FOREARM_M * math.cos(elbow))
-    q = np.array([math.atan2(y, x), shoulder, elbow])
-    if np.any(q < JOINT_LOWER[:ARM_JOINTS]) or np.any(q > JOINT_UPPER[:ARM_JOINTS]):
+    joints = (math.atan2(y, x), shoulder, elbow)
+    if any(not lo <= v <= hi for v, lo, hi in zip(joints, _ARM_LOWER, _ARM_UPPER)):
         return None
-    return q
+    return np.array(joints)
 
 
 @dataclass
@@ -168,9 +185,9 @@ class Scene:
     def in_grasp_zone(self, index: int, tip: np.ndarray | None = None) -> bool:
         """Fingertips centred on the object (horizontally) and inside its height band."""
         o = self.objects[index]
-        tip = self.tip if tip is None else tip
-        centred = math.hypot(tip[0] - o.position[0], tip[1] - o.position[1]) < GRASP_TOLERANCE_M
-        return bool(centred and o.position[2] + 0.003 <= tip[2] <= o.position[2] + o.height - 0.005)
+        x, y, z = (self.tip if tip is None else tip).tolist()
+        ox, oy, oz = o.position.tolist()
+        return math.hypot(x - ox, y - oy) < GRASP_TOLERANCE_M and oz + 0.003 <= z <= oz + o.height - 0.005
 
     # --------------------------------------------------------------------------------------- physics
     def _blocked_by_table(self, q: np.ndarray) -> np.ndarray:
@@ -192,7 +209,7 @@ class Scene:
 
     def apply(self, command: np.ndarray) -> None:
         """Move to commanded joint positions (already rate-limited by the follower) and update grasps."""
-        q = self._blocked_by_table(np.clip(np.asarray(command, dtype=np.float64), JOINT_LOWER, JOINT_UPPER))
+        q = self._blocked_by_table(clip_to_limits(np.asarray(command, dtype=np.float64)))
         tip = fingertip(q)
         width = float(q[3])
         if self.held is not None:

@@ -55,7 +55,8 @@ class TrainConfig:
     steps: int = 2400
     seed: int = 0
     samples: int = 32000  # expert samples (about 2.2 per control tick with the goal alternatives), generated before training
-    data_workers: int = 2  # processes generating them (part of what makes the data: keep it fixed)
+    data_workers: int = 2  # processes generating them (part of what makes the expert data: keep it fixed); also
+    # the processes of the DAgger rollouts (those come out the same for any number)
     batch_size: int = 32
     lr: float = 2e-3
     min_lr_ratio: float = 0.05  # cosine decay ends at lr * this
@@ -192,8 +193,9 @@ class OnPolicyResult(Protocol):
     successes: int
 
 
-# on_policy(runtime, seed, episodes, progress) → the runtime's policy driving episodes, labelled by the expert
-OnPolicySource = Callable[[PolicyRuntime, int, int, bool], OnPolicyResult]
+# on_policy(runtime, seed, episodes, progress, workers) → the runtime's policy driving episodes (in ``workers``
+# processes, the result independent of their number), labelled by the expert
+OnPolicySource = Callable[[PolicyRuntime, int, int, bool, int], OnPolicyResult]
 
 
 def train(
@@ -257,7 +259,7 @@ def _on_policy_round(
     rollout = PolicyRuntime(
         replace(runtime.config, engine_mode="action_only"), policy, runtime.tokenizer, runtime.normalizer
     )
-    got = on_policy(rollout, _round_seed(cfg, r), cfg.dagger_episodes, progress)
+    got = on_policy(rollout, _round_seed(cfg, r), cfg.dagger_episodes, progress, cfg.data_workers)
     if not got.samples:
         raise ValueError(f"DAgger round {r + 1}: the on-policy episodes produced no samples")
     c = runtime.model_config
