@@ -17,7 +17,7 @@ from oxygen_ros.model.config import ModelConfig, TINY
 from oxygen_ros.runtime.config import RuntimeConfig, default_tasks
 from oxygen_ros.runtime.policy import PolicyRuntime
 from oxygen_ros.train.batch import IGNORE, make_batch
-from oxygen_ros.train.data import pixels_from_uint8
+from oxygen_ros.train.data import collect_samples, pixels_from_uint8
 from oxygen_ros.train.forward import compute_losses, joint_forward
 from oxygen_ros.train.trainer import TrainConfig, prepare, train
 
@@ -35,6 +35,16 @@ def tiny_preset() -> ModelConfig:
 def small_config(model: ModelConfig, **changes: object) -> TrainConfig:
     base = TrainConfig(steps=3, samples=36, data_workers=2, batch_size=6, warmup_steps=2, model=model)
     return dataclasses.replace(base, **changes)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_expert_samples_come_from_one_stream_per_worker_with_a_progress_bar(workers: int, capsys) -> None:  # noqa: ANN001
+    got = collect_samples(fake_expert_samples, 3, 9, 4, 0.2, 16, workers=workers, progress=True)
+    streams = [list(itertools.islice(fake_expert_samples(300 + w, 4, 0.2, 16), 9 // workers + (w < 9 % workers)))
+               for w in range(workers)]  # fmt: skip
+    expected = [s for stream in streams for s in stream]
+    assert len(got) == 9 and all(np.array_equal(a.actions, b.actions) for a, b in zip(got, expected))
+    assert "expert samples" in capsys.readouterr().err
 
 
 def test_a_few_steps_lower_both_losses(tmp_path: Path, tiny_preset: ModelConfig) -> None:

@@ -11,10 +11,11 @@ import itertools
 import multiprocessing
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from oxygen_ros.model.normalize import ACTIONS_KEY, STATE_KEY, Normalizer, NormStats
 from oxygen_ros.model.prompt import format_prompt
@@ -35,24 +36,50 @@ class Sample(Protocol):
 SampleSource = Callable[[int, int, float, int], Iterator[Sample]]
 
 
-def _take(source: SampleSource, seed: int, count: int, horizon: int, period_s: float, image_size: int) -> list[Sample]:
-    return list(itertools.islice(source(seed, horizon, period_s, image_size), count))
+_DONE: Any = None  # a shared counter of samples made, set by collect_samples before its workers fork
+
+
+def _count_shared() -> None:
+    with _DONE.get_lock():
+        _DONE.value += 1
+
+
+def _take(source: SampleSource, seed: int, count: int, horizon: int, period_s: float, image_size: int,
+          made: Callable[[], object] = _count_shared) -> list[Sample]:
+    samples = []
+    for sample in itertools.islice(source(seed, horizon, period_s, image_size), count):
+        samples.append(sample)
+        made()
+    return samples
 
 
 def collect_samples(
-    source: SampleSource, seed: int, count: int, horizon: int, period_s: float, image_size: int, workers: int = 1
+    source: SampleSource, seed: int, count: int, horizon: int, period_s: float, image_size: int, workers: int = 1,
+    progress: bool = False,
 ) -> list[Sample]:
     """``count`` samples from ``workers`` expert streams (stream w has seed ``seed * 100 + w``), in stream order.
 
     The result depends on (seed, count, workers) only, not on timing; workers are forked processes.
     """
+    global _DONE
     workers = max(1, min(workers, count))
     jobs = [(source, seed * 100 + w, count // workers + (w < count % workers), horizon, period_s, image_size) for w in range(workers)]
-    if workers == 1:
-        return _take(*jobs[0])
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        parts = pool.starmap(_take, jobs)
-    return [sample for part in parts for sample in part]
+    context = multiprocessing.get_context("fork")
+    _DONE = context.Value("q", 0)
+    bar = tqdm(total=count, desc="expert samples", disable=not progress, dynamic_ncols=True, leave=False)
+    try:
+        if workers == 1:
+            return _take(*jobs[0], made=lambda: bar.update(1))
+        with context.Pool(workers) as pool:
+            pending = pool.starmap_async(_take, jobs)
+            while not pending.ready():
+                pending.wait(0.5)
+                bar.update(_DONE.value - bar.n)
+            parts = pending.get()
+        return [sample for part in parts for sample in part]
+    finally:
+        bar.close()
+        _DONE = None
 
 
 def quantile_stats(values: np.ndarray) -> NormStats:
@@ -134,7 +161,8 @@ def pixels_from_uint8(u: torch.Tensor) -> torch.Tensor:
 
 
 def build_training_set(
-    samples: Sequence[Sample], runtime: PolicyRuntime, task_names: Sequence[str], delta_mask: Sequence[bool] = ()
+    samples: Sequence[Sample], runtime: PolicyRuntime, task_names: Sequence[str], delta_mask: Sequence[bool] = (),
+    progress: bool = False,
 ) -> TrainingSet:
     """Preprocess every sample with ``runtime.make_frame``; text targets are ``" " + text`` then EOS; action
     targets normalized after DeltaActions with ``delta_mask``. Consecutive samples holding the very same image
@@ -153,7 +181,8 @@ def build_training_set(
     pixels, image_index, prompts, texts, actions = [], [], [], [], []
     slots: torch.Tensor | None = None
     previous_images: tuple | None = None
-    for i, s in enumerate(samples):
+    bar = tqdm(samples, desc="preprocessing", disable=not progress, dynamic_ncols=True, leave=False)
+    for i, s in enumerate(bar):
         if s.actions.shape != (cfg.action_horizon, cfg.action_dim):
             raise ValueError(f"sample {i}: action chunk {s.actions.shape}, the model needs ({cfg.action_horizon}, {cfg.action_dim})")
         frame = runtime.make_frame(list(s.images), s.state, s.instruction, stamp_ns=0, frame_seq=0)

@@ -160,14 +160,15 @@ def runtime_config(cfg: TrainConfig, model_config: ModelConfig) -> RuntimeConfig
 
 
 def prepare(
-    cfg: TrainConfig, source: SampleSource, out_dir: str | Path, vocabulary: Sequence[str] = ()
+    cfg: TrainConfig, source: SampleSource, out_dir: str | Path, vocabulary: Sequence[str] = (), progress: bool = False
 ) -> tuple[PolicyRuntime, TrainingSet, dict]:
     """Data, statistics, tokenizer and a runtime around a freshly initialized model."""
     out_dir = Path(out_dir)
     model_config = cfg.model_config()
     image_size = model_config.vision.image_size
     samples = collect_samples(
-        source, cfg.seed, cfg.samples, model_config.action_horizon, cfg.control_period_s, image_size, cfg.data_workers
+        source, cfg.seed, cfg.samples, model_config.action_horizon, cfg.control_period_s, image_size, cfg.data_workers,
+        progress,
     )
     if not samples:
         raise ValueError("the expert produced no samples")
@@ -183,7 +184,7 @@ def prepare(
     model = Pi05Model(model_config)
     init_weights(model)
     runtime = PolicyRuntime(runtime_config(cfg, model_config), model, tokenizer, normalizer)
-    data = build_training_set(samples, runtime, [t.name for t in cfg.tasks], delta_mask)
+    data = build_training_set(samples, runtime, [t.name for t in cfg.tasks], delta_mask, progress)
     return runtime, data, stats
 
 
@@ -213,7 +214,7 @@ def train(
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     t0 = time.perf_counter()
-    runtime, data, stats = prepare(cfg, source, out, vocabulary)
+    runtime, data, stats = prepare(cfg, source, out, vocabulary, progress)
     data_seconds = time.perf_counter() - t0
     model = runtime.model
     history: dict[str, list[float]] = {"total": [], "flow": [], "text": [], "lr": []}
@@ -264,7 +265,7 @@ def _on_policy_round(
         raise ValueError(f"DAgger round {r + 1}: the on-policy episodes produced no samples")
     c = runtime.model_config
     fresh = collect_samples(source, _round_seed(cfg, r), cfg.dagger_fresh_samples, c.action_horizon, cfg.control_period_s,
-                            c.vision.image_size, cfg.data_workers)  # fmt: skip
+                            c.vision.image_size, cfg.data_workers, progress)  # fmt: skip
     tasks = [t.name for t in cfg.tasks]
     delta_mask = cfg.delta_mask(c.action_dim)
     report = {
@@ -274,8 +275,8 @@ def _on_policy_round(
     if progress:
         print(f"DAgger round {r + 1}: the policy solved {got.successes}/{got.episodes} training episodes; "
               f"{len(got.samples)} on-policy samples + {len(fresh)} expert samples", flush=True)  # fmt: skip
-    fresh_set = build_training_set(fresh, runtime, tasks, delta_mask) if fresh else None
-    return build_training_set(got.samples, runtime, tasks, delta_mask), fresh_set, report
+    fresh_set = build_training_set(fresh, runtime, tasks, delta_mask, progress) if fresh else None
+    return build_training_set(got.samples, runtime, tasks, delta_mask, progress), fresh_set, report
 
 
 def _optimize(
