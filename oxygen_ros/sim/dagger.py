@@ -93,8 +93,8 @@ def _episodes(seeds: list[int], workers: int) -> Iterator[tuple[bool, list[DemoS
         yield from pool.imap(_labelled_episode, seeds)
 
 
-def policy_samples(runtime: PolicyRuntime, seed: int, episodes: int, progress: bool = True,
-                   time_limit_s: float = DEFAULT_TIME_LIMIT_S, workers: int = 1) -> OnPolicyData:
+def policy_samples(runtime: PolicyRuntime, seed: int, episodes: int, progress: bool = True, workers: int = 1, *,
+                   time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> OnPolicyData:
     """``episodes`` closed-loop episodes of ``runtime``'s policy on training seeds drawn from ``seed``,
     every tick labelled by the expert, run by ``workers`` processes; deterministic for (weights, seed,
     episodes). The runtime must run ``action_only``: text is not needed here, and decoding it would only
