@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from .trainer import TrainConfig, train
+from .trainer import TrainConfig, summary, train
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -64,14 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         dagger_steps=args.dagger_steps, dagger_lr=args.dagger_lr,
     )
     result = train(cfg, expert_samples, args.out, vocabulary(), progress=not args.no_progress, on_policy=policy_samples)
-    steps = len(result.history["total"])
-    print(json.dumps({
-        "out": str(result.out_dir), "steps": steps, "samples": result.samples,
-        "data_seconds": round(result.data_seconds, 1), "train_seconds": round(result.train_seconds, 1),
-        "steps_per_second": round(steps / max(result.train_seconds, 1e-9), 3),
-        "final_losses": {k: round(v, 5) for k, v in result.final.items()},
-        "dagger_rounds": result.dagger,
-    }))
+    report = {k: v for k, v in summary(cfg, result).items() if k not in ("config", "tasks")}
+    print(json.dumps({"out": str(result.out_dir), **report}))
     return 0
 
 

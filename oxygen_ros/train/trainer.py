@@ -329,15 +329,13 @@ def _save_weights(model: Pi05Model, out: Path, stats: dict, delta_mask: list[boo
     save_checkpoint(model, out, layout="oxygen", norm_stats=stats, asset_id=ASSET_ID, delta_action_mask=delta_mask or None)
 
 
-def save_outputs(cfg: TrainConfig, result: TrainResult, model: Pi05Model, stats: dict) -> None:
-    out = result.out_dir
-    stored = model.to(torch.bfloat16) if cfg.dtype == "bfloat16" else model
-    _save_weights(stored, out, stats, cfg.delta_mask(model.config.action_dim))
-    plot_losses(result.history, out / "losses.png")
+def summary(cfg: TrainConfig, result: TrainResult) -> dict:
+    """What ``train_summary.json`` records: the settings, the data, the time, the final losses, the rounds."""
     steps = len(result.history["total"])
-    summary = {
+    return {
         "config": {k: v for k, v in asdict(cfg).items() if k not in ("tasks", "model")},
         "tasks": [asdict(t) for t in cfg.tasks],
+        "steps": steps,
         "samples": result.samples,
         "data_seconds": round(result.data_seconds, 1),
         "train_seconds": round(result.train_seconds, 1),
@@ -346,4 +344,11 @@ def save_outputs(cfg: TrainConfig, result: TrainResult, model: Pi05Model, stats:
         "torch_threads": torch.get_num_threads(),
         "dagger_rounds": result.dagger,
     }
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+
+
+def save_outputs(cfg: TrainConfig, result: TrainResult, model: Pi05Model, stats: dict) -> None:
+    out = result.out_dir
+    stored = model.to(torch.bfloat16) if cfg.dtype == "bfloat16" else model
+    _save_weights(stored, out, stats, cfg.delta_mask(model.config.action_dim))
+    plot_losses(result.history, out / "losses.png")
+    (out / SUMMARY_FILE).write_text(json.dumps(summary(cfg, result), indent=2))
