@@ -64,12 +64,12 @@ def collect_samples(
     global _DONE
     workers = max(1, min(workers, count))
     jobs = [(source, seed * 100 + w, count // workers + (w < count % workers), horizon, period_s, image_size) for w in range(workers)]
-    context = multiprocessing.get_context("fork")
-    _DONE = context.Value("q", 0)
     bar = tqdm(total=count, desc="expert samples", disable=not progress, dynamic_ncols=True, leave=False)
     try:
         if workers == 1:
             return _take(*jobs[0], made=lambda: bar.update(1))
+        context = multiprocessing.get_context("fork")
+        _DONE = context.Value("q", 0)
         with context.Pool(workers) as pool:
             pending = pool.starmap_async(_take, jobs)
             while not pending.ready():
