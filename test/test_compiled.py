@@ -84,17 +84,6 @@ def test_fused_chunk_equals_uncached_joint_forward(fused: dict[str, FusedActionS
 
 
 @needs_compiler
-def test_autotuned_chunk_equals_uncached_joint_forward() -> None:
-    sampler = make_action_sampler(model_with_norms("causal_text", seed=5), "autotuned")
-    assert isinstance(sampler, FusedActionSampler) and sampler.fused, getattr(sampler, "failure", None)
-    model = sampler.model
-    k, v, sl, (images, mask, tokens, noise) = prefill(model, 300, 0, seed=4)
-    got = sampler(k[:, sl], v[:, sl], noise)
-    torch.testing.assert_close(got, model.sample_actions_uncached(images, mask, tokens, noise), rtol=1e-4, atol=1e-5)
-    assert sampler.fused, sampler.failure
-
-
-@needs_compiler
 def test_one_compilation_serves_every_prefix_length_and_pool(fused: dict[str, FusedActionSampler]) -> None:
     sampler = fused["causal_text"]
     with torch._dynamo.config.patch(error_on_recompile=True):

@@ -71,10 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--horizon", type=int, default=10)
     parser.add_argument("--denoise-steps", type=int, default=10)
     parser.add_argument("--threads", type=int, default=0, help="torch threads per worker (default: torch's choice)")
-    parser.add_argument("--actions", choices=("auto", "compiled", "autotuned", "cuda_graph", "eager"), default="auto",
-                        help="the action chunk: compiled with torch.compile (eager fallback), the same with autotuned "
-                        "matrix products (a longer first compilation), replayed from a CUDA graph, or the eager "
-                        "network; auto = cuda_graph on CUDA (with decode steps from CUDA graphs "
+    parser.add_argument("--actions", choices=("auto", "compiled", "cuda_graph", "eager"), default="auto",
+                        help="the action chunk: compiled with torch.compile (eager fallback), replayed from a CUDA "
+                        "graph, or the eager network; auto = cuda_graph on CUDA (with decode steps from CUDA graphs "
                         "too), compiled on CPU")
     parser.add_argument("--no-lanes", dest="lanes", action="store_false",
                         help="run everything on the calling thread (no decode step overlapped with the action chunk)")

@@ -69,8 +69,7 @@ def format_table(records: list[dict], parts: dict, header: str, before: list[dic
         + "   ".join(f"D({b}) = {s * 1e3:.1f} ms" for b, s in sorted(d.items(), key=lambda kv: int(kv[0])))
     )
     if "action_eager_s" in parts:
-        how = {"compiled": "fused (torch.compile)", "autotuned": "fused (torch.compile, autotuned)",
-               "cuda_graph": "CUDA graph"}.get(parts.get("action_path", ""), "eager")
+        how = {"compiled": "fused (torch.compile)", "cuda_graph": "CUDA graph"}.get(parts.get("action_path", ""), "eager")
         compiled = f", compiled at start-up in {parts['compile_s']:.1f} s" if parts.get("compile_s") else ""
         lines.append(
             f"action chunk: {how} {parts['action_s'] * 1e3:.1f} ms vs eager {parts['action_eager_s'] * 1e3:.1f} ms "

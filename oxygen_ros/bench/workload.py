@@ -86,8 +86,7 @@ class BenchRuntime:
         self.compile_s = getattr(self.sampler, "compile_s", None)
         self.fused = bool(getattr(self.sampler, "fused", False))
         graphed = type(self.sampler).__name__ == "GraphedActionSampler"
-        fused_path = "autotuned" if workload.actions == "autotuned" else "compiled"
-        self.path = "cuda_graph" if graphed else (fused_path if self.fused else "eager")
+        self.path = "cuda_graph" if graphed else ("compiled" if self.fused else "eager")
 
     def close(self) -> None:
         if self.lanes:

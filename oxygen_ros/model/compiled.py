@@ -35,12 +35,7 @@ from .vla import Pi05Model, VelocityFn
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("eager", "compiled", "autotuned", "cuda_graph", "auto")
-# ``autotuned``: inductor's max-autotune with its C++ GEMM templates beside ATen's. The network's matrix
-# products are tiny (10 action tokens), so an MKL call costs more in overhead than in arithmetic; a generated
-# micro-GEMM inside the fused code does not. Autotuning benchmarks the candidates once per shape: a longer
-# compilation (minutes on 2 cores), cached on disk like the plain one.
-AUTOTUNE_OPTIONS = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
+BACKENDS = ("eager", "compiled", "cuda_graph", "auto")
 
 
 class ActionSampler(Protocol):
@@ -79,7 +74,7 @@ def compiler_available() -> str | None:
 class FusedActionSampler:
     """Samples action chunks through the compiled denoising network, with eager as the fallback."""
 
-    def __init__(self, model: Pi05Model, progress: Callable[[str], None] | None = None, autotune: bool = False) -> None:
+    def __init__(self, model: Pi05Model, progress: Callable[[str], None] | None = None) -> None:
         self.model = model
         self.progress = progress or (lambda message: log.info("%s", message))
         self.compile_s: float | None = None  # wall time of the compiling warm-up call
@@ -90,8 +85,7 @@ class FusedActionSampler:
             self._fail(reason)
             return
         use_persistent_cache()
-        options = AUTOTUNE_OPTIONS if autotune else None
-        self._compiled = torch.compile(model.expert_network, fullgraph=True, dynamic=False, options=options)
+        self._compiled = torch.compile(model.expert_network, fullgraph=True, dynamic=False)
 
     @property
     def fused(self) -> bool:
@@ -148,8 +142,7 @@ def plain_sampler(model: Pi05Model) -> ActionSampler:
 def make_action_sampler(model: Pi05Model, backend: str = "auto",
                         progress: Callable[[str], None] | None = None) -> ActionSampler:
     """``eager``: plain :meth:`Pi05Model.sample_actions`; ``compiled``: the fused network (compiled at once,
-    eager fallback with one warning); ``autotuned``: the same with autotuned matrix products (see
-    ``AUTOTUNE_OPTIONS``); ``cuda_graph``: the chunk replayed from a CUDA graph (CUDA only);
+    eager fallback with one warning); ``cuda_graph``: the chunk replayed from a CUDA graph (CUDA only);
     ``auto``: ``cuda_graph`` on CUDA, ``compiled`` elsewhere."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown action backend {backend!r}; choose one of {BACKENDS}")
@@ -164,6 +157,6 @@ def make_action_sampler(model: Pi05Model, backend: str = "auto",
 
         (progress or log.info)("action chunk: recording its CUDA graph ...")
         return GraphedActionSampler(model)
-    sampler = FusedActionSampler(model, progress, autotune=backend == "autotuned")
+    sampler = FusedActionSampler(model, progress)
     sampler.warm_up()
     return sampler

@@ -42,7 +42,7 @@ from oxygen_ros.model.rtc import SCHEDULES
 from oxygen_ros.runtime import RuntimeConfig
 from oxygen_ros.runtime.alignment import REPLAN, TIME_ALIGNMENTS
 from oxygen_ros.runtime.cameras import slot_names_of, slot_positions
-from oxygen_ros.runtime.config import ACTION_BACKENDS, NORM_MODE_CHOICES, PROMPT_FORMAT_CHOICES, RESIZE_MODE_CHOICES
+from oxygen_ros.runtime.config import NORM_MODE_CHOICES, PROMPT_FORMAT_CHOICES, RESIZE_MODE_CHOICES
 
 __all__ = [
     "ConfigError",
@@ -268,8 +268,7 @@ PARAMS: tuple[ParamSpec, ...] = (
               "Torch CPU threads for the model (0 = torch's default, one per core).", low=0, high=1024),
     ParamSpec("action_backend", "str", _runtime_default("action_backend"),
               "'compiled': the action chunk through torch.compile, compiled at start-up (eager if that fails); "
-              "'autotuned': the same with autotuned matrix products (a longer first compilation, cached); "
-              "'eager': plain torch.", choices=ACTION_BACKENDS),
+              "'eager': plain torch.", choices=("eager", "compiled")),
     ParamSpec("overlap_decode", "bool", _runtime_default("overlap_decode"),
               "oxygen mode: run one batched decode step on a second thread while the action chunk runs."),
     # ------------------------------------------------------- chunk execution (runtime/alignment.py, chunking.py)

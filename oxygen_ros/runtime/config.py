@@ -20,7 +20,6 @@ from .alignment import REPLAN, TIME_ALIGNMENTS
 NORM_MODE_CHOICES = ("auto", "quantile", "mean_std", "none")
 PROMPT_FORMAT_CHOICES = ("auto", *PROMPT_FORMATS)
 RESIZE_MODE_CHOICES = ("auto", *RESIZE_MODES)
-ACTION_BACKENDS = ("eager", "compiled", "autotuned")  # model/compiled.py (cuda_graph is the benchmark's)
 
 
 @dataclass
@@ -67,8 +66,7 @@ class RuntimeConfig:
     max_waiting: int = 16
     seed: int = 0
     num_threads: int = 0  # torch CPU threads; 0 = torch's default (one per core)
-    action_backend: str = "eager"  # "compiled": the action chunk through torch.compile (at start-up), eager fallback;
-    # "autotuned": the same with autotuned matrix products (a longer first compilation)
+    action_backend: str = "eager"  # "compiled": the action chunk through torch.compile (at start-up), eager fallback
     overlap_decode: bool = False  # oxygen mode: one decode step runs on its own thread during the action chunk
     # Chunk execution (runtime/alignment.py, runtime/chunking.py)
     n_action_steps: int = 0  # actions of a chunk executed before the next replaces it; 0 = checkpoint's, else all
@@ -101,7 +99,7 @@ class RuntimeConfig:
             (self.admission in ("wait", "refuse"), "admission must be 'wait' or 'refuse'"),
             (self.max_waiting >= 0, "max_waiting must be >= 0"),
             (self.num_threads >= 0, "num_threads must be >= 0 (0 = torch's default)"),
-            (self.action_backend in ACTION_BACKENDS, f"action_backend must be one of {list(ACTION_BACKENDS)}"),
+            (self.action_backend in ("eager", "compiled"), "action_backend must be 'eager' or 'compiled'"),
             (0 <= self.n_action_steps and (not self.horizon or self.n_action_steps <= self.horizon),
              "n_action_steps must be in 0..horizon (0 = the checkpoint's value, else the whole chunk)"),
             (self.replan in REPLAN, f"replan must be one of {list(REPLAN)}"),
