@@ -172,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--no-clock", action="store_true", help="do not publish /clock")
     play.add_argument("--clock-hz", type=_positive(), default=100.0, metavar="HZ", help="/clock messages per bag second (default 100)")
     play.add_argument("--wait-for-subscribers", type=_non_negative, default=0.0, metavar="S",
-                      help="before playing, wait up to S seconds until every topic has a subscriber (default 0: no wait)")  # fmt: skip
+                      help="before playing, wait up to S seconds until every topic, /clock included, has a subscriber (default 0: no wait)")  # fmt: skip
     play.add_argument("--topics", nargs="+", metavar="TOPIC", help="play only these topics (names after --remap)")
     play.add_argument("--start-offset", type=_non_negative, default=0.0, metavar="S", help="skip the first S seconds of the bag")
     _add_common(play)

@@ -38,7 +38,7 @@ class PlayOptions:
     loop: bool = False
     clock: bool = True  # publish /clock from the bag's time
     clock_hz: float = 100.0  # /clock messages per second of bag time
-    wait_for_subscribers_s: float = 0.0  # wait up to this long until every topic has a subscriber
+    wait_for_subscribers_s: float = 0.0  # wait up to this long until every topic (and /clock) has a subscriber
     remap: Mapping[str, str] = dataclasses.field(default_factory=dict)
     topics: Sequence[str] | None = None  # only these (remapped) topics; None = all
     start_offset_s: float = 0.0  # skip this much of the bag's beginning
@@ -145,7 +145,8 @@ class BagPlayer:
                     from rosgraph_msgs.msg import Clock
 
                     clock_pub = node.create_publisher(Clock, CLOCK_TOPIC, qos_module.QoSProfile(depth=10))
-                self._wait_for_subscribers(publishers)
+                # /clock too: a node on use_sim_time needs the bag's time from its first message on.
+                self._wait_for_subscribers(publishers if clock_pub is None else {**publishers, CLOCK_TOPIC: clock_pub})
                 if self.on_start is not None:
                     self.on_start()
                 while not self.stop.is_set():
