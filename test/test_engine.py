@@ -10,6 +10,7 @@ import torch
 
 from engine_fixtures import decode_alone, make_frame, tiny_model
 from oxygen_ros.engine import MODES, DeadlinePolicy, Engine, StepCostModel, TextTask, make_runner
+from oxygen_ros.engine.lanes import Lane
 
 LANGUAGE = TextTask("language", continuation=(11, 12, 13), every_n_frames=1, max_tokens=7)
 MEMORY = TextTask("memory", continuation=(21, 22), every_n_frames=3, max_tokens=12)
@@ -72,6 +73,25 @@ def test_action_chunks_identical_across_modes() -> None:
     for mode in MODES:
         for got, ref in zip(chunks[mode], chunks["action_only"]):
             assert torch.equal(torch.from_numpy(got), torch.from_numpy(ref)), mode
+
+
+def test_parallel_workers_compute_with_the_callers_thread_count() -> None:
+    """A new thread starts with torch's process-wide thread count, which the last set_num_threads of any
+    thread decides (here a one-thread lane's, as test_overlap leaves it); the parallel mode's workers take
+    the caller's count, so its chunks round like every other mode's."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        lane = Lane("probe", threads=1)
+        lane.run(lambda: None)
+        lane.close()
+        runner = make_runner("parallel", Engine(tiny_model(seed=3), [LANGUAGE], kv_budget_bytes=8 << 20))
+        try:
+            assert runner._pool.submit(torch.get_num_threads).result() == torch.get_num_threads()
+        finally:
+            runner.close()
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_text_identical_across_text_modes() -> None:

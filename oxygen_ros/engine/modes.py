@@ -102,7 +102,13 @@ class ParallelRunner(ModeRunner):
     def __init__(self, engine: Engine, text_engine: Engine) -> None:
         super().__init__(engine)
         self.text_engine = text_engine
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="oxygen-parallel")
+        # The workers compute with the caller's intra-op thread count: a new thread gets OpenMP's default,
+        # which after any earlier set_num_threads may differ, and a matrix product split over another
+        # number of threads rounds differently (the chunk must equal the other modes' bit for bit).
+        self._pool = ThreadPoolExecutor(
+            max_workers=2, thread_name_prefix="oxygen-parallel", initializer=torch.set_num_threads,
+            initargs=(torch.get_num_threads(),),
+        )
 
     def _run(self, frame: FrameInput, noise: torch.Tensor | None) -> tuple[TickResult, list[TextEvent]]:
         due = self.engine.due_tasks()
