@@ -72,13 +72,18 @@ def test_action_chunks_identical_across_modes() -> None:
         assert engine.kv.stats().used_bytes == 0
     for mode in MODES:
         for got, ref in zip(chunks[mode], chunks["action_only"]):
-            assert torch.equal(torch.from_numpy(got), torch.from_numpy(ref)), mode
+            got, ref = torch.from_numpy(got), torch.from_numpy(ref)
+            if mode == "parallel" and torch.get_num_threads() > 1:
+                # its worker has half the threads: a matrix product split otherwise rounds otherwise
+                torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+            else:
+                assert torch.equal(got, ref), mode
 
 
-def test_parallel_workers_compute_with_the_callers_thread_count() -> None:
+def test_parallel_workers_share_the_callers_threads() -> None:
     """A new thread starts with torch's process-wide thread count, which the last set_num_threads of any
-    thread decides (here a one-thread lane's, as test_overlap leaves it); the parallel mode's workers take
-    the caller's count, so its chunks round like every other mode's."""
+    thread decides (here a one-thread lane's, as test_overlap leaves it); the parallel mode's two workers
+    take half the caller's count each, whatever ran before."""
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
@@ -87,7 +92,7 @@ def test_parallel_workers_compute_with_the_callers_thread_count() -> None:
         lane.close()
         runner = make_runner("parallel", Engine(tiny_model(seed=3), [LANGUAGE], kv_budget_bytes=8 << 20))
         try:
-            assert runner._pool.submit(torch.get_num_threads).result() == torch.get_num_threads()
+            assert runner._pool.submit(torch.get_num_threads).result() == max(1, torch.get_num_threads() // 2)
         finally:
             runner.close()
     finally:

@@ -95,19 +95,20 @@ def _isolated_text(engine: Engine, frame: FrameInput, tasks: Sequence) -> list[T
 
 
 class ParallelRunner(ModeRunner):
-    """Two isolated workers (own model copy, own KV pool), one thread each."""
+    """Two isolated workers (own model copy, own KV pool) on threads of their own, each with half the
+    caller's torch threads (so its chunks may differ from the other modes' in the last bit)."""
 
     name = "parallel"
 
     def __init__(self, engine: Engine, text_engine: Engine) -> None:
         super().__init__(engine)
         self.text_engine = text_engine
-        # The workers compute with the caller's intra-op thread count: a new thread gets OpenMP's default,
-        # which after any earlier set_num_threads may differ, and a matrix product split over another
-        # number of threads rounds differently (the chunk must equal the other modes' bit for bit).
+        # The two workers share the caller's intra-op threads (one each on two cores), set explicitly: a new
+        # thread otherwise takes the count of the last set_num_threads in any thread (e.g. a lane's), so
+        # its speed and its rounding would depend on what ran before.
         self._pool = ThreadPoolExecutor(
             max_workers=2, thread_name_prefix="oxygen-parallel", initializer=torch.set_num_threads,
-            initargs=(torch.get_num_threads(),),
+            initargs=(max(1, torch.get_num_threads() // 2),),
         )
 
     def _run(self, frame: FrameInput, noise: torch.Tensor | None) -> tuple[TickResult, list[TextEvent]]:
