@@ -74,7 +74,7 @@ def test_action_chunks_identical_across_modes() -> None:
         for got, ref in zip(chunks[mode], chunks["action_only"]):
             got, ref = torch.from_numpy(got), torch.from_numpy(ref)
             if mode == "parallel" and torch.get_num_threads() > 1:
-                # its worker has half the threads: a matrix product split otherwise rounds otherwise
+                # its worker has half the threads: a product split over fewer threads may round differently
                 torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
             else:
                 assert torch.equal(got, ref), mode
