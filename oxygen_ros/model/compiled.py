@@ -116,7 +116,10 @@ class FusedActionSampler:
         # which the compiled code would otherwise be specialized on.
         prefix_k, prefix_v = prefix_k.contiguous(), prefix_v.contiguous()
         try:
-            return self.model.sample_actions(prefix_k, prefix_v, noise, network=self._call_compiled)
+            # Guards built with recursive dict tags skip the check of every module and parameter of the
+            # network while none of their attribute dicts changed (measured: 772 → 280 µs per network call).
+            with torch._dynamo.config.patch(use_recursive_dict_tags_for_guards=True):
+                return self.model.sample_actions(prefix_k, prefix_v, noise, network=self._call_compiled)
         except Exception as exc:  # noqa: BLE001 - any compiler failure means: fall back to eager, once
             self._fail(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             return self.model.sample_actions(prefix_k, prefix_v, noise)
