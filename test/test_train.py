@@ -54,6 +54,13 @@ def test_a_few_steps_lower_both_losses(tmp_path: Path, tiny_preset: ModelConfig)
         first, last = np.mean(h[key][:3]), np.mean(h[key][-3:])
         assert last < 0.8 * first, f"{key} loss {first:.3f} -> {last:.3f}"
     assert (tmp_path / "losses.png").stat().st_size > 1000
+    # Each task's own curve; on steps where every task had tokens, their mean is the text loss.
+    curves = [h[f"text_{t.name}"] for t in small_config(tiny_preset).tasks]
+    assert all(len(c) == len(h["text"]) for c in curves)
+    full = [i for i in range(len(h["text"])) if not any(np.isnan(c[i]) for c in curves)]
+    assert full and all(abs(np.mean([c[i] for c in curves]) - h["text"][i]) < 1e-5 for i in full)
+    final = json.loads((tmp_path / "train_summary.json").read_text())["final_losses"]
+    assert {f"text_{t.name}" for t in small_config(tiny_preset).tasks} <= set(final)
 
 
 def test_same_seed_same_checkpoint_other_seed_differs(tmp_path: Path, tiny_preset: ModelConfig) -> None:

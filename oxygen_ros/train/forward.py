@@ -28,6 +28,7 @@ class Losses:
     total: Tensor
     flow: Tensor  # MSE of the velocity
     text: Tensor  # mean next-token cross-entropy over all text targets
+    per_task: Tensor | None = None  # [tasks] each task's mean cross-entropy (detached; NaN: no tokens in the batch)
 
 
 def sample_flow_time(batch: int, generator: torch.Generator) -> Tensor:
@@ -87,4 +88,5 @@ def compute_losses(
     sums = torch.zeros(int(task.max()) + 1).index_add_(0, task, per_token)
     counts = torch.bincount(task, minlength=sums.numel())
     text = (sums[counts > 0] / counts[counts > 0]).mean()
-    return Losses(flow_weight * flow + text_weight * text, flow, text)
+    per_task = (sums.detach() / counts).masked_fill(counts == 0, float("nan"))
+    return Losses(flow_weight * flow + text_weight * text, flow, text, per_task)

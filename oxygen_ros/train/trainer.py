@@ -103,8 +103,9 @@ class TrainResult:
 
     @property
     def final(self) -> dict[str, float]:
-        """Mean of the last 50 steps of each loss."""
-        return {k: sum(v[-50:]) / len(v[-50:]) for k, v in self.history.items() if k != "lr" and v}
+        """Mean of the last 50 steps of each loss (a task's: over the steps whose batch had its tokens)."""
+        last = {k: [x for x in v[-50:] if not math.isnan(x)] for k, v in self.history.items() if k != "lr"}
+        return {k: sum(v) / len(v) for k, v in last.items() if v}
 
 
 def sincos_2d(grid: int, width: int) -> torch.Tensor:
@@ -318,6 +319,10 @@ def _optimize(
             ema.update_parameters(model)
         for key, value in (("total", losses.total), ("flow", losses.flow), ("text", losses.text)):
             history[key].append(float(value.detach()))
+        # Each task's own curve: the plateau before grounding is in the tasks that need the images (README).
+        per_task = losses.per_task.tolist() if losses.per_task is not None else []
+        for task, value in zip(cfg.tasks, per_task + [math.nan] * (len(cfg.tasks) - len(per_task))):
+            history.setdefault(f"text_{task.name}", []).append(value)
         history["lr"].append(lr)
         bar.set_postfix(flow=f"{history['flow'][-1]:.4f}", text=f"{history['text'][-1]:.3f}", lr=f"{lr:.1e}")
         if save is not None and cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < schedule.steps:
