@@ -272,3 +272,11 @@ def test_dagger_rounds_train_on_what_the_current_policy_reached(tmp_path: Path, 
     # Without an on-policy source (or with no rounds) training is behaviour cloning alone.
     plain = train(dataclasses.replace(cfg, dagger_rounds=0), fake_expert_samples, tmp_path / "bc", progress=False, on_policy=on_policy)
     assert len(plain.history["total"]) == cfg.steps and len(seen) == 2
+
+
+def test_loss_curves_average_over_the_steps_a_task_had_tokens() -> None:
+    from oxygen_ros.train.plot import _smooth
+
+    got = _smooth([1.0, float("nan"), 3.0, 5.0, float("nan"), float("nan")], 2)
+    np.testing.assert_allclose(got[:4], [1.0, 3.0, 4.0, 5.0])
+    assert np.isnan(got[4])

@@ -8,14 +8,21 @@ import numpy as np
 
 
 def _smooth(values: list[float], window: int) -> np.ndarray:
+    """Moving average over ``window`` steps, skipping NaN (a task without tokens in that step's batch)."""
     v = np.asarray(values, dtype=np.float64)
     if len(v) < window or window <= 1:
         return v
-    return np.convolve(v, np.ones(window) / window, mode="valid")
+    ok = ~np.isnan(v)
+    kernel = np.ones(window)
+    total = np.convolve(np.where(ok, v, 0.0), kernel, mode="valid")
+    count = np.convolve(ok.astype(np.float64), kernel, mode="valid")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return total / count
 
 
 def plot_losses(history: dict[str, list[float]], path: str | Path) -> Path:
-    """Flow-matching and text losses per step (raw and a moving average) on log axes, plus the learning rate."""
+    """Flow-matching and text losses per step (raw and a moving average) on log axes, each text task's moving
+    average beside the text loss (``text_<task>`` keys), plus the learning rate."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -28,6 +35,11 @@ def plot_losses(history: dict[str, list[float]], path: str | Path) -> Path:
         ax.plot(history[key], color="0.75", linewidth=0.6, label="per step")
         smooth = _smooth(history[key], window)
         ax.plot(np.arange(len(smooth)) + (steps - len(smooth)), smooth, color="C0", label=f"mean of {window}")
+        if key == "text":
+            for i, task in enumerate(k for k in history if k.startswith("text_")):
+                curve = _smooth(history[task], window)
+                ax.plot(np.arange(len(curve)) + (steps - len(curve)), curve, color=f"C{i + 2}", linewidth=0.9,
+                        label=task.removeprefix("text_"))
         ax.set_yscale("log")
         ax.set_title(title)
         ax.set_xlabel("step")
