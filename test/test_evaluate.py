@@ -65,6 +65,8 @@ def test_any_instruction_text_runs_and_absent_objects_fail(oxygen: PolicyRuntime
         result = run_episode(oxygen, EpisodeSpec.with_instruction(5, text), SHORT)
         assert not result.success
         assert all(t.label is None for t in result.texts)  # nothing to be right about
+    absent = run_episode(oxygen, EpisodeSpec.with_instruction(5, "pick up the purple cup"), SHORT)
+    assert absent.place is None and summarize([absent], oxygen, SHORT)["success_by_place"] == {"none": [0, 1]}
     refused = run_episode(oxygen, EpisodeSpec.with_instruction(5, ""), SHORT)
     assert refused.skipped_ticks == 8 and refused.chunks == 0  # empty instruction: no chunk, as in the node
 
@@ -96,5 +98,13 @@ def test_cli_prints_one_json_line_last(tmp_path, capsys) -> None:  # noqa: ANN00
     for key in ("success_rate", "mean_time_to_success_s", "narration_accuracy", "memory_accuracy", "chunks", "episodes"):
         assert key in summary
     assert summary["episodes"] == 2 and summary["chunks"] == 8 and summary["tokens_per_frame"] == 4
-    assert [e["seed"] for e in json.loads(out.read_text())["episodes"]] == [5, 6]
+    details = json.loads(out.read_text())["episodes"]
+    assert [e["seed"] for e in details] == [5, 6] and [e["target"] for e in details] == [s.target_name for s in eval_specs(5, 2)]
+    # Per named object and per its place: every episode counted once, successes out of episodes.
+    targets = [s.target_name for s in eval_specs(5, 2)]
+    assert sum(n for _, n in summary["success_by_target"].values()) == 2
+    assert set(summary["success_by_target"]) == set(targets)
+    assert sum(n for _, n in summary["success_by_place"].values()) == 2
+    assert set(summary["success_by_place"]) <= {f"{r} {s}" for r in ("near", "far") for s in ("left", "centre", "right")}
+    assert all(0 <= k <= n for k, n in summary["success_by_target"].values())
     assert cli.main(["eval", "--seed", "999999", "--episodes", "5", "--params-file", str(params), "--quiet"]) == 2

@@ -111,7 +111,8 @@ def _eval(args: argparse.Namespace) -> int:
     summary["seed"] = args.seed
     if args.json_out:
         episodes = [{
-            "seed": r.spec.seed, "instruction": r.spec.instruction, "success": r.success,
+            "seed": r.spec.seed, "instruction": r.spec.instruction, "target": r.spec.target_name, "place": r.place,
+            "success": r.success,
             "time_to_success_s": r.time_to_success_s, "chunks": r.chunks, "jerk_rms": r.jerk_rms,
             "switch_jumps": r.switch_jumps, "texts": [vars(t) for t in r.texts],
         } for r in results]  # fmt: skip

@@ -75,6 +75,7 @@ class EpisodeResult:
     switch_jumps: list[float] = field(default_factory=list)  # rad, one per trajectory switch
     jerk_rms: float = 0.0
     rejected: list[str] = field(default_factory=list)
+    place: str | None = None  # where the named object stood at the start ("far left"; None: not in the scene)
 
     def accuracy(self, task: str) -> tuple[int, int]:
         """(correct, counted) finished outputs of ``task`` whose frame had a label."""
@@ -130,7 +131,7 @@ def run_episode(
     episode = SimEpisode(spec, settings.control_period_s, settings.time_limit_s)
     labels: dict[int, dict[str, str | None]] = {}
     text = _TextCollector(labels)
-    result = EpisodeResult(spec, False, None, 0.0, 0, 0)
+    result = EpisodeResult(spec, False, None, 0.0, 0, 0, place=episode.location)
     size = runtime.image_size
     tick = 0
     last_chunk_s: float | None = None
@@ -198,6 +199,16 @@ def _ratio(pairs: list[tuple[int, int]]) -> float | None:
     return correct / counted if counted else None
 
 
+def _successes_by(results: list[EpisodeResult], key: Callable[[EpisodeResult], str | None]) -> dict[str, list[int]]:
+    """{key: [successes, episodes]}, keys sorted ("none": the instruction names no object of the scene)."""
+    counts: dict[str, list[int]] = {}
+    for r in results:
+        row = counts.setdefault(key(r) or "none", [0, 0])
+        row[0] += r.success
+        row[1] += 1
+    return dict(sorted(counts.items()))
+
+
 def summarize(results: list[EpisodeResult], runtime: PolicyRuntime, settings: EvalSettings) -> dict[str, Any]:
     times = [r.time_to_success_s for r in results if r.success and r.time_to_success_s is not None]
     jumps = [j for r in results for j in r.switch_jumps]
@@ -217,6 +228,9 @@ def summarize(results: list[EpisodeResult], runtime: PolicyRuntime, settings: Ev
         "mean_jerk_rms": float(np.mean([r.jerk_rms for r in results])) if results else None,
         "skipped_ticks": sum(r.skipped_ticks for r in results),
         "text_outputs": {task: sum(r.accuracy(task)[1] for r in results) for task in ("language", "memory")},
+        # Where a policy fails: per named object and per place of it at the start.
+        "success_by_target": _successes_by(results, lambda r: r.spec.target_name),
+        "success_by_place": _successes_by(results, lambda r: r.place),
     }
 
 
