@@ -276,3 +276,27 @@ def test_detour_episodes_visit_another_object_first_and_are_labelled_with_the_na
     assert nearest_other < 0.03  # it went to another object first
     assert all(s.texts["language"].endswith(spec.target_name) for s in samples)  # labels name the target
     assert samples[-1].texts["language"] == f"lift the {spec.target_name}"  # and it picked the target up
+
+
+def test_target_uv_is_where_the_named_object_is_drawn_in_the_base_view() -> None:
+    """Every sample's ``target_uv`` (the grounding loss's label) lies in the base-view patch that changes most
+    when the object its instruction names is removed from the scene; a name of no object gives None."""
+    from oxygen_ros.sim.dataset import _goal_sample, tick_samples
+    from oxygen_ros.sim.render import render
+
+    episode = SimEpisode(EpisodeSpec.from_seed(TRAIN_SEED_BASE + 11), 0.2, stop_on_success=False)
+    scene = episode.scene
+    samples = tick_samples(episode, expert_chunk(scene, episode.target, 10, 0.2), None, 64, 10, 0.2,
+                           np.random.default_rng(0))  # fmt: skip
+    assert len(samples) == len(scene.objects) >= 2
+    full = render(scene, "base", 64).astype(int)
+    for sample in samples:
+        [named] = [i for i, o in enumerate(scene.objects) if o.name in sample.instruction]
+        without = scene.copy()
+        without.objects = [o for i, o in enumerate(without.objects) if i != named]
+        changed = np.abs(render(without, "base", 64).astype(int) - full).sum(axis=2) > 0
+        per_patch = changed.reshape(4, 16, 4, 16).sum(axis=(1, 3))
+        u, v = sample.target_uv
+        assert per_patch.argmax() == int(v * 4) * 4 + int(u * 4)
+    nothing = _goal_sample(scene, samples[0].images, None, "pick up the purple cup", episode.state, samples[0].actions)
+    assert nothing.target_uv is None

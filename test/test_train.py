@@ -33,7 +33,7 @@ def tiny_preset() -> ModelConfig:
 
 
 def small_config(model: ModelConfig, **changes: object) -> TrainConfig:
-    base = TrainConfig(steps=3, samples=36, data_workers=2, batch_size=6, warmup_steps=2, model=model)
+    base = TrainConfig(steps=3, samples=36, data_workers=2, batch_size=6, warmup_steps=2, model=model, threads=1)
     return dataclasses.replace(base, **changes)
 
 
@@ -280,3 +280,46 @@ def test_loss_curves_average_over_the_steps_a_task_had_tokens() -> None:
     got = _smooth([1.0, float("nan"), 3.0, 5.0, float("nan"), float("nan")], 2)
     np.testing.assert_allclose(got[:4], [1.0, 3.0, 4.0, 5.0])
     assert np.isnan(got[4])
+
+
+def test_target_patch_is_the_patch_under_target_uv() -> None:
+    from oxygen_ros.train.data import NO_TARGET, target_patch
+
+    square = np.zeros((64, 64, 3), np.uint8)
+
+    def sample(uv, image=square):  # noqa: ANN001, ANN202
+        return dataclasses.replace(next(fake_expert_samples(1, 4, 0.2, 64)), images=(image, image), target_uv=uv)
+
+    assert target_patch(sample((0.6, 0.3)), 4) == 1 * 4 + 2  # row 1 (v), column 2 (u)
+    assert target_patch(sample((0.0, 0.999)), 4) == 12
+    assert target_patch(sample(None), 4) == NO_TARGET
+    with pytest.raises(ValueError, match="outside"):
+        target_patch(sample((1.0, 0.5)), 4)
+    with pytest.raises(ValueError, match="square"):
+        target_patch(sample((0.5, 0.5), np.zeros((48, 64, 3), np.uint8)), 4)
+
+
+def test_the_grounding_head_learns_to_point_and_stays_out_of_the_checkpoint(tmp_path: Path, tiny_preset: ModelConfig) -> None:
+    """The training-only head's pointing loss falls; the checkpoint holds exactly the weights of a run without
+    the head (same names and shapes); with weight 0 there is no grounding curve."""
+    from safetensors import safe_open
+
+    on = train(small_config(tiny_preset, steps=30, lr=3e-3, warmup_steps=3, grounding_weight=1.0), fake_expert_samples,
+               tmp_path / "on", progress=False)
+    curve = on.history["grounding"]
+    assert len(curve) == 30 and np.mean(curve[-3:]) < 0.7 * np.mean(curve[:3])
+    off = train(small_config(tiny_preset, grounding_weight=0.0), fake_expert_samples, tmp_path / "off", progress=False)
+    assert "grounding" not in off.history
+    shapes = {}
+    for name in ("on", "off"):
+        with safe_open(str(tmp_path / name / "model.safetensors"), "pt") as f:
+            shapes[name] = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    assert shapes["on"] == shapes["off"]
+    summary = json.loads((tmp_path / "on" / "train_summary.json").read_text())
+    assert summary["config"]["grounding_weight"] == 1.0 and "grounding" in summary["final_losses"]
+
+
+def test_the_grounding_layer_must_be_a_backbone_layer(tmp_path: Path, tiny_preset: ModelConfig) -> None:
+    with pytest.raises(ValueError, match="grounding_layer"):
+        train(small_config(tiny_preset, grounding_weight=1.0, grounding_layer=tiny_preset.backbone.depth), fake_expert_samples, tmp_path, progress=False)
+

@@ -25,11 +25,16 @@ class FakeSample:
     actions: np.ndarray
     instruction: str
     texts: dict[str, str]
+    target_uv: tuple[float, float] | None = None  # the square's centre in the base view, as fractions
+
+
+def _centre(size: int, xy: np.ndarray, half: int) -> np.ndarray:
+    return (xy * (size - 2 * half) + half).astype(int)
 
 
 def _image(size: int, xy: np.ndarray, colour: tuple[int, int, int], half: int) -> np.ndarray:
     img = np.full((size, size, 3), 120, dtype=np.uint8)
-    cx, cy = (xy * (size - 2 * half) + half).astype(int)
+    cx, cy = _centre(size, xy, half)
     img[max(0, cy - half) : cy + half, max(0, cx - half) : cx + half] = colour
     return img
 
@@ -59,6 +64,7 @@ def _episode(rng: np.random.Generator, horizon: int, control_period_s: float, im
             state=state.copy(),
             actions=np.stack(chunk).astype(np.float32),
             instruction=f"pick up the {colour} {kind}",
+            target_uv=tuple(float(c) / image_size for c in _centre(image_size, xy, 4)),
             texts={
                 "language": f"{phase} the {colour} {kind}",
                 "memory": f"the {colour} {kind} is on the table",

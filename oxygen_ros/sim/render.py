@@ -212,6 +212,14 @@ def render(scene: Scene, camera: str, size: int) -> np.ndarray:
     return c.finish(size)
 
 
+def base_view_fraction(point: np.ndarray) -> tuple[float, float] | None:
+    """Where the world ``point`` [3] appears in the base camera's image, as fractions (u across, v down) of
+    its width and height, the same at any image size; None when it lies outside the image or behind the camera."""
+    uv, depth = BASE_CAMERA.project(np.asarray(point, dtype=np.float64), 1)
+    u, v = (float(x) for x in uv[0])
+    return (u, v) if depth[0] > 0 and 0.0 <= u < 1.0 and 0.0 <= v < 1.0 else None
+
+
 def render_views(scene: Scene, size: int) -> tuple[np.ndarray, ...]:
     """Both camera images in CAMERA_NAMES order (the policy's image slots 0 and 1)."""
     return tuple(render(scene, name, size) for name in CAMERA_NAMES)

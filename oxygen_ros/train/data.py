@@ -23,7 +23,9 @@ from oxygen_ros.runtime.policy import PolicyRuntime
 
 
 class Sample(Protocol):
-    """What the simulator's ``oxygen_ros.sim.dataset.DemoSample`` provides."""
+    """What the simulator's ``oxygen_ros.sim.dataset.DemoSample`` provides (and, optionally, ``target_uv``:
+    where the named object appears in the first camera image, as fractions of its width and height, or None;
+    it feeds the grounding loss, see ``grounding.py``)."""
 
     images: tuple[np.ndarray, ...]
     state: np.ndarray
@@ -31,6 +33,8 @@ class Sample(Protocol):
     instruction: str
     texts: dict[str, str]
 
+
+NO_TARGET = -100  # target patch of a sample whose instruction names nothing visible (cross-entropy's ignore index)
 
 # expert_samples(seed, horizon, control_period_s, image_size) → demonstration samples, deterministic for the seed
 SampleSource = Callable[[int, int, float, int], Iterator[Sample]]
@@ -129,6 +133,8 @@ class TrainingSet:
     texts: list[list[torch.Tensor]]  # per sample, per task: long target ids (text then EOS)
     actions: torch.Tensor  # float32 [N, H, A] normalized action chunks
     continuations: list[torch.Tensor]  # per task: long ids of its continuation prompt
+    # long [N]: the first image slot's patch (row-major) that shows the named object, NO_TARGET where unknown
+    target_patches: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.actions.shape[0]
@@ -147,7 +153,29 @@ class TrainingSet:
             texts=self.texts + other.texts,
             actions=torch.cat([self.actions, other.actions]),
             continuations=self.continuations,
+            target_patches=torch.cat([self.patches_or_none(), other.patches_or_none()]),
         )
+
+    def patches_or_none(self) -> torch.Tensor:
+        """``target_patches``, or NO_TARGET for every sample of a set built without them."""
+        if self.target_patches is not None:
+            return self.target_patches
+        return torch.full((len(self),), NO_TARGET, dtype=torch.long)
+
+
+def target_patch(sample: Sample, grid: int) -> int:
+    """The row-major patch of a ``grid`` x ``grid`` patch grid over the (square) first camera image that holds
+    the sample's ``target_uv``; NO_TARGET without one."""
+    uv = getattr(sample, "target_uv", None)
+    if uv is None:
+        return NO_TARGET
+    height, width = sample.images[0].shape[:2]
+    if height != width:  # the runtime pads non-square images: fractions of the camera image are not the model's
+        raise ValueError(f"target_uv needs square first-camera images, got {width}x{height}")
+    u, v = uv
+    if not (0.0 <= u < 1.0 and 0.0 <= v < 1.0):
+        raise ValueError(f"target_uv {uv} lies outside the image (fractions in [0, 1) expected)")
+    return int(v * grid) * grid + int(u * grid)
 
 
 def _to_uint8(pixels: torch.Tensor) -> torch.Tensor:
@@ -178,7 +206,8 @@ def build_training_set(
     if norm.action_dim != cfg.action_dim:
         raise ValueError(f"the data has {norm.action_dim} action dims; the model config has {cfg.action_dim}")
     tok = runtime.tokenizer
-    pixels, image_index, prompts, texts, actions = [], [], [], [], []
+    grid = cfg.vision.image_size // cfg.vision.patch_size
+    pixels, image_index, prompts, texts, actions, patches = [], [], [], [], [], []
     slots: torch.Tensor | None = None
     previous_images: tuple | None = None
     bar = tqdm(samples, desc="preprocessing", disable=not progress, dynamic_ncols=True, leave=False)
@@ -203,6 +232,7 @@ def build_training_set(
         prompts.append(frame.prompt_tokens.cpu())
         texts.append([torch.tensor(tok.encode(" " + s.texts[n]) + [cfg.eos_token_id]) for n in task_names])
         actions.append(norm.normalize_actions(relative_actions(s, delta_mask)))
+        patches.append(target_patch(s, grid))
     if slots is None:
         raise ValueError("no training samples")
     return TrainingSet(
@@ -213,4 +243,5 @@ def build_training_set(
         texts=texts,
         actions=torch.from_numpy(np.stack(actions)),
         continuations=[torch.tensor(tasks[n].continuation) for n in task_names],
+        target_patches=torch.tensor(patches, dtype=torch.long),
     )

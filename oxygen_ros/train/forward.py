@@ -7,7 +7,9 @@ so training and inference share weights and math. Losses (openpi π0/π0.5 and O
 * flow matching: t ~ Beta(1.5, 1)·0.999 + 0.001, x_t = t·noise + (1 − t)·actions, target u = noise − actions,
   MSE against the action expert's velocity;
 * next-token cross-entropy on each text task's target after its continuation prompt, averaged per task and
-  then over the tasks.
+  then over the tasks;
+* optionally the grounding loss (``grounding.py``): a training-only head points at the first camera's patch
+  that shows the named object, read after a middle backbone layer.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from torch import Tensor
 from oxygen_ros.model.vla import Pi05Model
 
 from .batch import FIRST_TASK, IGNORE, Batch, action_groups, attention_mask
+from .grounding import GroundingHead, grounding_loss
 
 
 @dataclass
@@ -29,6 +32,7 @@ class Losses:
     flow: Tensor  # MSE of the velocity
     text: Tensor  # mean next-token cross-entropy over all text targets
     per_task: Tensor | None = None  # [tasks] each task's mean cross-entropy (detached; NaN: no tokens in the batch)
+    grounding: Tensor | None = None  # the grounding head's pointing cross-entropy (None: no head)
 
 
 def sample_flow_time(batch: int, generator: torch.Generator) -> Tensor:
@@ -51,6 +55,15 @@ def _modulations(model: Pi05Model, times: Tensor) -> tuple[list[tuple[Tensor, Te
 def joint_forward(model: Pi05Model, batch: Batch, x_t: Tensor, times: Tensor) -> tuple[Tensor, Tensor]:
     """Both experts over the whole joint sequence → (text hidden [B, T, Wb] final-normed, velocity [B, K·H, A]);
     x_t [B, K·H, A] holds the K flow samples' noisy chunks, all at the sample's time ``times`` [B]."""
+    text_hidden, velocity, _ = _joint_pass(model, batch, x_t, times, None)
+    return text_hidden, velocity
+
+
+def _joint_pass(
+    model: Pi05Model, batch: Batch, x_t: Tensor, times: Tensor, tap_layer: int | None
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """``joint_forward`` plus the first image's patch tokens [B, P, Wb] as backbone layer ``tap_layer``
+    outputs them (None: not kept)."""
     cfg = model.config
     b = batch.size
     feats = model.multi_modal_projector(model.vision_tower(batch.images.to(model.dtype)))
@@ -59,25 +72,31 @@ def joint_forward(model: Pi05Model, batch: Batch, x_t: Tensor, times: Tensor) ->
     mask = attention_mask(batch.kinds, batch.positions, cfg.prefix_attention == "causal_text", action_groups(batch))
     cos, sin = model.rope.cos_sin(batch.positions, model.dtype)
     layer_mods, final_mod = _modulations(model, times)
-    for layer, mods in zip(model.layers, layer_mods):
+    tapped = None
+    for i, (layer, mods) in enumerate(zip(model.layers, layer_mods)):
         xb, xa = layer.joint(xb, xa, mods, cos, sin, mask)
+        if i == tap_layer:
+            tapped = xb[:, : cfg.tokens_per_image]
     text_hidden, _ = model.norm(xb[:, batch.num_image_tokens :])
     xa, _ = model.action_norm(xa, final_mod)
-    return text_hidden, model.action_out_proj(xa).float()
+    return text_hidden, model.action_out_proj(xa).float(), tapped
 
 
 def compute_losses(
-    model: Pi05Model, batch: Batch, generator: torch.Generator, text_weight: float = 1.0, flow_weight: float = 1.0
+    model: Pi05Model, batch: Batch, generator: torch.Generator, text_weight: float = 1.0, flow_weight: float = 1.0,
+    grounding: tuple[GroundingHead, int, float] | None = None,
 ) -> Losses:
     """Both losses from one joint forward (the prefix is computed once and shared by them and by the batch's
-    K flow samples: K noise draws per sample at one flow time, since the time conditions the whole action stream)."""
+    K flow samples: K noise draws per sample at one flow time, since the time conditions the whole action stream);
+    with ``grounding`` = (head, backbone layer, weight) and the batch's target patches, the grounding loss too."""
     actions = batch.actions.repeat(1, batch.flow_samples, 1)
     noise = torch.randn(actions.shape, generator=generator)
     times = sample_flow_time(batch.size, generator)
     t = times.view(-1, 1, 1)
     x_t = t * noise + (1.0 - t) * actions
     target = noise - actions
-    hidden, velocity = joint_forward(model, batch, x_t, times)
+    use_head = grounding is not None and batch.target_patches is not None
+    hidden, velocity, patches = _joint_pass(model, batch, x_t, times, grounding[1] if use_head else None)
     flow = F.mse_loss(velocity, target)
     rows = batch.labels != IGNORE
     logits = model.lm_logits(hidden[rows]).float()
@@ -89,4 +108,10 @@ def compute_losses(
     counts = torch.bincount(task, minlength=sums.numel())
     text = (sums[counts > 0] / counts[counts > 0]).mean()
     per_task = (sums.detach() / counts).masked_fill(counts == 0, float("nan"))
-    return Losses(flow_weight * flow + text_weight * text, flow, text, per_task)
+    total = flow_weight * flow + text_weight * text
+    point = None
+    if use_head:
+        head, _, weight = grounding  # type: ignore[misc]
+        point = grounding_loss(head, patches, batch.target_patches)  # type: ignore[arg-type]
+        total = total + weight * point
+    return Losses(total, flow, text, per_task, point)

@@ -22,7 +22,7 @@ def _smooth(values: list[float], window: int) -> np.ndarray:
 
 def plot_losses(history: dict[str, list[float]], path: str | Path) -> Path:
     """Flow-matching and text losses per step (raw and a moving average) on log axes, each text task's moving
-    average beside the text loss (``text_<task>`` keys), plus the learning rate."""
+    average beside the text loss (``text_<task>`` keys) and the grounding loss (dashed), plus the learning rate."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -40,6 +40,10 @@ def plot_losses(history: dict[str, list[float]], path: str | Path) -> Path:
                 curve = _smooth(history[task], window)
                 ax.plot(np.arange(len(curve)) + (steps - len(curve)), curve, color=f"C{i + 2}", linewidth=0.9,
                         label=task.removeprefix("text_"))
+            if history.get("grounding"):
+                curve = _smooth(history["grounding"], window)
+                ax.plot(np.arange(len(curve)) + (steps - len(curve)), curve, color="C1", linestyle="--",
+                        linewidth=0.9, label="grounding (pointing)")
         ax.set_yscale("log")
         ax.set_title(title)
         ax.set_xlabel("step")

@@ -2,7 +2,7 @@
 
 Order of work: expert episodes → norm stats → a SentencePiece tokenizer of the data's vocabulary → a
 ``PolicyRuntime`` around the fresh model (its preprocessing turns every sample into model inputs) →
-AdamW with warm-up and cosine decay on flow-matching + next-token losses → DAgger rounds (the policy drives,
+AdamW with warm-up and cosine decay on flow-matching + next-token (+ grounding) losses → DAgger rounds (the policy drives,
 the expert labels what it reaches; each round a short schedule of its own) → checkpoint in the native layout
 (``model.safetensors``, ``config.json``, ``assets/demo/norm_stats.json``) + ``tokenizer.model`` + the loss
 curves. Every random draw comes from the seed, so one seed gives one checkpoint (on one machine).
@@ -34,6 +34,7 @@ from oxygen_ros.runtime.policy import PolicyRuntime
 
 from .batch import make_batch
 from .forward import compute_losses
+from .grounding import GroundingHead, default_layer
 from .data import Sample, SampleSource, TrainingSet, build_training_set, collect_samples, compute_norm_stats, text_corpus
 from .plot import plot_losses
 
@@ -66,6 +67,10 @@ class TrainConfig:
     flow_weight: float = 1.0
     flow_samples: int = 4  # noise draws per sample sharing one prefix forward (see batch.py)
     text_weight: float = 1.0
+    # the grounding loss (grounding.py): a training-only head points at the named object's patch; 0 = off (the
+    # committed checkpoint predates it; README, training)
+    grounding_weight: float = 0.0
+    grounding_layer: int = -1  # backbone layer it reads (-1: the middle one)
     control_period_s: float = 0.2
     preset: str = "demo"
     model: ModelConfig | None = None  # overrides the preset (tests)
@@ -86,6 +91,9 @@ class TrainConfig:
 
     def model_config(self) -> ModelConfig:
         return self.model or preset(self.preset)
+
+    def grounding_at(self, depth: int) -> int:
+        return default_layer(depth) if self.grounding_layer < 0 else self.grounding_layer
 
     def delta_mask(self, action_dim: int) -> list[bool]:
         """Every dim but the last (the gripper) relative to the state, as openpi's make_bool_mask(n, -1)."""
@@ -218,10 +226,14 @@ def train(
     runtime, data, stats = prepare(cfg, source, out, vocabulary, progress)
     data_seconds = time.perf_counter() - t0
     model = runtime.model
+    depth = model.config.backbone.depth
+    if not 0 <= cfg.grounding_at(depth) < depth:
+        raise ValueError(f"grounding_layer {cfg.grounding_layer} is not a layer of the {depth}-layer backbone")
+    head = GroundingHead(model.config.backbone.width, torch.Generator().manual_seed(cfg.seed)) if cfg.grounding_weight else None
     history: dict[str, list[float]] = {"total": [], "flow": [], "text": [], "lr": []}
     save = (lambda m: _save_weights(m, out, stats, cfg.delta_mask(model.config.action_dim))) if cfg.save_every else None
     t1 = time.perf_counter()
-    saved = _optimize(model, data, cfg, cfg, torch.Generator().manual_seed(cfg.seed), history, "train", progress, save)
+    saved = _optimize(model, data, cfg, cfg, torch.Generator().manual_seed(cfg.seed), history, "train", progress, save, head)
     train_seconds = time.perf_counter() - t1
     rounds: list[dict] = []
     on_policy_sets: TrainingSet | None = None  # every round's on-policy samples so far (DAgger aggregates them)
@@ -236,7 +248,7 @@ def train(
                 target.copy_(value)
         t3 = time.perf_counter()
         generator = torch.Generator().manual_seed(_round_seed(cfg, r))
-        saved = _optimize(model, on_policy_sets + fresh if fresh else on_policy_sets, cfg, round_schedule, generator, history, f"dagger {r + 1}", progress, None)
+        saved = _optimize(model, on_policy_sets + fresh if fresh else on_policy_sets, cfg, round_schedule, generator, history, f"dagger {r + 1}", progress, None, head)
         train_seconds += time.perf_counter() - t3
         rounds.append(report)
     model.eval().requires_grad_(False)
@@ -290,17 +302,20 @@ def _optimize(
     desc: str,
     progress: bool,
     save: Callable[[Pi05Model], None] | None,
+    head: GroundingHead | None = None,
 ) -> Pi05Model:
-    """``schedule.steps`` AdamW steps on ``data`` (learning rate from ``schedule``); returns the model to save:
-    the moving average of the weights (or the weights themselves without one)."""
+    """``schedule.steps`` AdamW steps on ``data`` (learning rate from ``schedule``), with the grounding loss
+    when there is a ``head`` (trained along, never saved); returns the model to save: the moving average of the
+    weights (or the weights themselves without one)."""
     model.train().requires_grad_(True)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2] + (list(head.parameters()) if head else [])
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=schedule.lr, betas=(0.9, 0.95),
     )
     c = model.config
+    grounding = (head, cfg.grounding_at(c.backbone.depth), cfg.grounding_weight) if head is not None else None
     ema = ema_model(model, cfg.ema_decay) if cfg.ema_decay > 0 else None
     saved = model if ema is None else ema.module
     bar = tqdm(range(schedule.steps), desc=desc, disable=not progress, dynamic_ncols=True)
@@ -310,7 +325,7 @@ def _optimize(
             group["lr"] = lr
         index = torch.randint(len(data), (cfg.batch_size,), generator=generator)
         batch = make_batch(data, index, c.tokens_per_image, c.pad_token_id, cfg.flow_samples)
-        losses = compute_losses(model, batch, generator, cfg.text_weight, cfg.flow_weight)
+        losses = compute_losses(model, batch, generator, cfg.text_weight, cfg.flow_weight, grounding)
         optimizer.zero_grad(set_to_none=True)
         losses.total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -323,6 +338,8 @@ def _optimize(
         per_task = losses.per_task.tolist() if losses.per_task is not None else []
         for task, value in zip(cfg.tasks, per_task + [math.nan] * (len(cfg.tasks) - len(per_task))):
             history.setdefault(f"text_{task.name}", []).append(value)
+        if losses.grounding is not None:
+            history.setdefault("grounding", []).append(float(losses.grounding.detach()))
         history["lr"].append(lr)
         bar.set_postfix(flow=f"{history['flow'][-1]:.4f}", text=f"{history['text'][-1]:.3f}", lr=f"{lr:.1e}")
         if save is not None and cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < schedule.steps:

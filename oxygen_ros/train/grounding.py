@@ -1,0 +1,52 @@
+"""The grounding loss: which patch of the first camera image shows the object the instruction names.
+
+Finding the named object is two steps for the model: the patch that shows it must notice that the prompt
+names its colour (the prefix is bidirectional: image tokens attend to the prompt), and the text and action
+tokens must then read where that patch is. Neither step has a gradient of its own while the other is
+missing, so behaviour cloning alone sat on a plateau for 650 to more than 1500 steps, depending on the seed
+(README, training). This loss gives the first step a direct signal: a linear head, used only in training,
+scores every patch token of the first camera after a middle backbone layer, and a softmax over the patches
+is trained to point at the one holding the named object (the simulator knows where it is; ``target_uv``).
+It is a dense form of the object localization that pi0.5 co-trains on. The head is not part of the
+checkpoint: the served model is the plain pi0.5 structure.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .data import NO_TARGET
+
+
+class GroundingHead(nn.Module):
+    """Per-patch logit "this patch shows the named object" from a backbone hidden state (training only)."""
+
+    def __init__(self, width: int, generator: torch.Generator) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.score = nn.Linear(width, 1)
+        with torch.no_grad():  # from its own generator: adding the head leaves the model's initialization as it was
+            bound = width**-0.5
+            self.score.weight.uniform_(-bound, bound, generator=generator)
+            self.score.bias.zero_()
+
+    def forward(self, patches: Tensor) -> Tensor:
+        """patches [B, P, W] → logits [B, P]."""
+        return self.score(self.norm(patches.float())).squeeze(-1)
+
+
+def grounding_loss(head: GroundingHead, patches: Tensor, targets: Tensor) -> Tensor:
+    """Cross-entropy of pointing at ``targets`` [B] (patch indices, NO_TARGET ignored) among ``patches``
+    [B, P, W]; zero (still in the graph) when no sample of the batch has a target."""
+    logits = head(patches)
+    if not bool((targets != NO_TARGET).any()):
+        return logits.sum() * 0.0
+    return F.cross_entropy(logits, targets, ignore_index=NO_TARGET)
+
+
+def default_layer(depth: int) -> int:
+    """The backbone layer whose output the head reads: the middle one (1 of 0-2 for the demo's three), so
+    the layers after it can pass the mark on to the text and action tokens."""
+    return max(0, (depth - 1) // 2)
