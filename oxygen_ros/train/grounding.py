@@ -25,9 +25,11 @@ class GroundingHead(nn.Module):
 
     def __init__(self, width: int, generator: torch.Generator) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(width)
-        self.score = nn.Linear(width, 1)
-        with torch.no_grad():  # from its own generator: adding the head leaves the model's initialization as it was
+        # Initialized from its own generator, the global one restored: adding the head changes no other draw.
+        with torch.random.fork_rng(devices=[]):
+            self.norm = nn.LayerNorm(width)
+            self.score = nn.Linear(width, 1)
+        with torch.no_grad():
             bound = width**-0.5
             self.score.weight.uniform_(-bound, bound, generator=generator)
             self.score.bias.zero_()
