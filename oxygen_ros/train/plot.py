@@ -20,6 +20,12 @@ def _smooth(values: list[float], window: int) -> np.ndarray:
         return total / count
 
 
+def _plot_average(ax, values: list[float], window: int, steps: int, **style: object) -> None:  # noqa: ANN001
+    """The moving average of ``values``, each point at the last step of its window."""
+    curve = _smooth(values, window)
+    ax.plot(np.arange(len(curve)) + (steps - len(curve)), curve, **style)
+
+
 def plot_losses(history: dict[str, list[float]], path: str | Path) -> Path:
     """Flow-matching and text losses per step (raw and a moving average) on log axes, each text task's moving
     average beside the text loss (``text_<task>`` keys) and the grounding loss (dashed), plus the learning rate."""
@@ -33,17 +39,14 @@ def plot_losses(history: dict[str, list[float]], path: str | Path) -> Path:
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     for ax, key, title in zip(axes, ("flow", "text"), ("flow matching (velocity MSE)", "text (next-token CE)")):
         ax.plot(history[key], color="0.75", linewidth=0.6, label="per step")
-        smooth = _smooth(history[key], window)
-        ax.plot(np.arange(len(smooth)) + (steps - len(smooth)), smooth, color="C0", label=f"mean of {window}")
+        _plot_average(ax, history[key], window, steps, color="C0", label=f"mean of {window}")
         if key == "text":
             for i, task in enumerate(k for k in history if k.startswith("text_")):
-                curve = _smooth(history[task], window)
-                ax.plot(np.arange(len(curve)) + (steps - len(curve)), curve, color=f"C{i + 2}", linewidth=0.9,
-                        label=task.removeprefix("text_"))
+                _plot_average(ax, history[task], window, steps, color=f"C{i + 2}", linewidth=0.9,
+                              label=task.removeprefix("text_"))
             if history.get("grounding"):
-                curve = _smooth(history["grounding"], window)
-                ax.plot(np.arange(len(curve)) + (steps - len(curve)), curve, color="C1", linestyle="--",
-                        linewidth=0.9, label="grounding (pointing)")
+                _plot_average(ax, history["grounding"], window, steps, color="C1", linestyle="--", linewidth=0.9,
+                              label="grounding (pointing)")
         ax.set_yscale("log")
         ax.set_title(title)
         ax.set_xlabel("step")
