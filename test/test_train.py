@@ -282,21 +282,28 @@ def test_loss_curves_average_over_the_steps_a_task_had_tokens() -> None:
     assert np.isnan(got[4])
 
 
-def test_target_patch_is_the_patch_under_target_uv() -> None:
-    from oxygen_ros.train.data import NO_TARGET, target_patch
+def test_target_map_spreads_each_view_point_over_its_nearest_patch_centres() -> None:
+    from oxygen_ros.train.data import target_map
 
     square = np.zeros((64, 64, 3), np.uint8)
 
-    def sample(uv, image=square):  # noqa: ANN001, ANN202
-        return dataclasses.replace(next(fake_expert_samples(1, 4, 0.2, 64)), images=(image, image), target_uv=uv)
+    def sample(uvs, image=square):  # noqa: ANN001, ANN202
+        return dataclasses.replace(next(fake_expert_samples(1, 4, 0.2, 64)), images=(image, image), target_uvs=uvs)
 
-    assert target_patch(sample((0.6, 0.3)), 4) == 1 * 4 + 2  # row 1 (v), column 2 (u)
-    assert target_patch(sample((0.0, 0.999)), 4) == 12
-    assert target_patch(sample(None), 4) == NO_TARGET
+    centres = (np.arange(4) + 0.5) / 4
+    grid = np.stack(np.meshgrid(centres, centres, indexing="xy"), -1).reshape(16, 2)  # (u, v) per row-major patch
+    maps = target_map(sample(((0.625, 0.375), (0.3, 0.7))), 4)
+    assert maps.shape == (2, 16)
+    assert maps[0].argmax() == 1 * 4 + 2 and float(maps[0].max()) == pytest.approx(1.0)  # a patch centre: one-hot
+    np.testing.assert_allclose(maps.sum(-1), [1.0, 1.0], rtol=1e-6)
+    np.testing.assert_allclose(maps[1].numpy() @ grid, [0.3, 0.7], rtol=1e-6)  # the point itself, inside a patch
+    border = target_map(sample(((0.01, 0.99), None)), 4)
+    assert border[0, 12] == pytest.approx(1.0) and border[1].sum() == 0  # clamped to the corner; None: no target
+    assert target_map(sample(()), 4).sum() == 0
     with pytest.raises(ValueError, match="outside"):
-        target_patch(sample((1.0, 0.5)), 4)
+        target_map(sample(((1.0, 0.5), None)), 4)
     with pytest.raises(ValueError, match="square"):
-        target_patch(sample((0.5, 0.5), np.zeros((48, 64, 3), np.uint8)), 4)
+        target_map(sample(((0.5, 0.5), None), np.zeros((48, 64, 3), np.uint8)), 4)
 
 
 def test_the_grounding_head_learns_to_point_and_stays_out_of_the_checkpoint(tmp_path: Path, tiny_preset: ModelConfig) -> None:

@@ -25,7 +25,7 @@ class FakeSample:
     actions: np.ndarray
     instruction: str
     texts: dict[str, str]
-    target_uv: tuple[float, float] | None = None  # the square's centre in the base view, as fractions
+    target_uvs: tuple[tuple[float, float] | None, ...] = ()  # the square's centre in each view, as fractions
 
 
 def _centre(size: int, xy: np.ndarray, half: int) -> np.ndarray:
@@ -64,7 +64,7 @@ def _episode(rng: np.random.Generator, horizon: int, control_period_s: float, im
             state=state.copy(),
             actions=np.stack(chunk).astype(np.float32),
             instruction=f"pick up the {colour} {kind}",
-            target_uv=tuple(float(c) / image_size for c in _centre(image_size, xy, 4)),
+            target_uvs=tuple(tuple(float(c) / image_size for c in _centre(image_size, xy, half)) for half in (4, 12)),
             texts={
                 "language": f"{phase} the {colour} {kind}",
                 "memory": f"the {colour} {kind} is on the table",

@@ -37,7 +37,7 @@ from oxygen_ros.runtime.trajectory import trajectory_points
 
 from .episode import EpisodeSpec, SimEpisode
 from .expert import all_texts, expert_chunk, instruction_for, location_text, memory_text, subtask_index, subtask_text
-from .render import CAMERA_NAMES, base_view_fraction, render_views
+from .render import CAMERA_NAMES, render_views, view_fraction
 from .scene import ARM_JOINTS, COLOURS, JOINT_LOWER, JOINT_NAMES, JOINT_UPPER, STATE_DIM, Scene
 
 __all__ = [
@@ -71,9 +71,9 @@ class DemoSample:
     actions: np.ndarray  # [horizon, STATE_DIM] float32: absolute joint targets at t + (i + 1)·dt
     instruction: str  # e.g. "pick up the red cup"
     texts: dict[str, str]  # {"language": current subtask, "memory": scene note, "location": "far left"}
-    # where the named object's centre appears in the first camera image (base), as fractions (u across, v down)
-    # of its width and height; None when the instruction names no object of the scene
-    target_uv: tuple[float, float] | None = None
+    # per camera (CAMERA_NAMES order): where the named object's centre appears in its image, as fractions (u
+    # across, v down) of its width and height; None where it is out of view or the instruction names no object
+    target_uvs: tuple[tuple[float, float] | None, ...] = ()
 
 
 def vocabulary() -> list[str]:
@@ -120,11 +120,12 @@ def _goal_sample(painted: Scene, images: tuple[np.ndarray, ...], goal: int | Non
                  actions: np.ndarray) -> DemoSample:
     """A sample of the (painted) scene labelled for ``goal``."""
     texts = {name: text(painted, goal) or "" for name, text in TEXTS.items()}
-    uv = None
+    uvs: tuple[tuple[float, float] | None, ...] = (None,) * len(CAMERA_NAMES)
     if goal is not None:
         named = painted.objects[goal]
-        uv = base_view_fraction(named.position + np.array([0.0, 0.0, named.height / 2]))
-    return DemoSample(images=images, state=state, actions=actions, instruction=instruction, texts=texts, target_uv=uv)
+        centre = named.position + np.array([0.0, 0.0, named.height / 2])
+        uvs = tuple(view_fraction(painted, camera, centre) for camera in CAMERA_NAMES)
+    return DemoSample(images=images, state=state, actions=actions, instruction=instruction, texts=texts, target_uvs=uvs)
 
 
 def tick_samples(episode: SimEpisode, actions: np.ndarray, permutation: np.ndarray | None, image_size: int,

@@ -192,15 +192,18 @@ def _draw_arm(c: _Canvas, q: np.ndarray) -> None:
         c.later(float(depth.mean()), draw)
 
 
+def camera_of(scene: Scene, camera: str) -> Camera:
+    """The ``camera`` ("base" or "wrist") as it is placed in ``scene`` (the wrist one moves with the arm)."""
+    if camera == "base":
+        return BASE_CAMERA
+    if camera == "wrist":
+        return wrist_camera(scene.q)
+    raise ValueError(f"unknown camera {camera!r}; choose one of {CAMERA_NAMES}")
+
+
 def render(scene: Scene, camera: str, size: int) -> np.ndarray:
     """An HxWx3 uint8 image of the scene from ``camera`` ("base" or "wrist")."""
-    if camera == "base":
-        cam = BASE_CAMERA
-    elif camera == "wrist":
-        cam = wrist_camera(scene.q)
-    else:
-        raise ValueError(f"unknown camera {camera!r}; choose one of {CAMERA_NAMES}")
-    c = _Canvas(cam, size)
+    c = _Canvas(camera_of(scene, camera), size)
     c.polygon_now(TABLE, RGB["table"])
     tip = scene.tip
     _draw_shadow(c, tip[:2], 0.02)
@@ -212,10 +215,11 @@ def render(scene: Scene, camera: str, size: int) -> np.ndarray:
     return c.finish(size)
 
 
-def base_view_fraction(point: np.ndarray) -> tuple[float, float] | None:
-    """Where the world ``point`` [3] appears in the base camera's image, as fractions (u across, v down) of
-    its width and height, the same at any image size; None when it lies outside the image or behind the camera."""
-    uv, depth = BASE_CAMERA.project(np.asarray(point, dtype=np.float64), 1)
+def view_fraction(scene: Scene, camera: str, point: np.ndarray) -> tuple[float, float] | None:
+    """Where the world ``point`` [3] appears in ``camera``'s image of ``scene``, as fractions (u across, v down)
+    of its width and height, the same at any image size; None when it lies outside the image or behind the
+    camera (occlusion is not considered)."""
+    uv, depth = camera_of(scene, camera).project(np.asarray(point, dtype=np.float64), 1)
     u, v = (float(x) for x in uv[0])
     return (u, v) if depth[0] > 0 and 0.0 <= u < 1.0 and 0.0 <= v < 1.0 else None
 

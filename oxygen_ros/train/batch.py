@@ -39,7 +39,7 @@ class Batch:
     actions: Tensor  # float32 [B, H, A] normalized target chunks
     num_image_tokens: int
     flow_samples: int = 1  # K: action-token groups after the prefix, one noise draw each
-    target_patches: Tensor | None = None  # long [B]: the first image's patch showing the named object (NO_TARGET: none)
+    target_maps: Tensor | None = None  # float [B, V, P]: per image, where the named object is (data.target_map)
 
     @property
     def size(self) -> int:
@@ -84,7 +84,7 @@ def make_batch(data: TrainingSet, index: Tensor, tokens_per_image: int, pad_id: 
         kinds[row, n_img + length :] = ACTION
         positions[row, n_img + length :] = torch.arange(prefix_len, prefix_len + horizon).repeat(flow_samples)
     images = pixels_from_uint8(data.pixels[data.image_index[index]].flatten(0, 1))
-    targets = data.target_patches[index] if data.target_patches is not None else None
+    targets = data.target_maps[index] if data.target_maps is not None else None
     return Batch(images, tokens, labels, kinds, positions, data.actions[index], n_img, flow_samples, targets)
 
 

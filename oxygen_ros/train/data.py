@@ -23,9 +23,9 @@ from oxygen_ros.runtime.policy import PolicyRuntime
 
 
 class Sample(Protocol):
-    """What the simulator's ``oxygen_ros.sim.dataset.DemoSample`` provides (and, optionally, ``target_uv``:
-    where the named object appears in the first camera image, as fractions of its width and height, or None;
-    it feeds the grounding loss, see ``grounding.py``)."""
+    """What the simulator's ``oxygen_ros.sim.dataset.DemoSample`` provides (and, optionally, ``target_uvs``:
+    per camera image, where the named object appears, as fractions of its width and height, or None; it feeds
+    the grounding loss, see ``grounding.py``)."""
 
     images: tuple[np.ndarray, ...]
     state: np.ndarray
@@ -34,7 +34,6 @@ class Sample(Protocol):
     texts: dict[str, str]
 
 
-NO_TARGET = -100  # target patch of a sample whose instruction names nothing visible (cross-entropy's ignore index)
 
 # expert_samples(seed, horizon, control_period_s, image_size) → demonstration samples, deterministic for the seed
 SampleSource = Callable[[int, int, float, int], Iterator[Sample]]
@@ -133,8 +132,9 @@ class TrainingSet:
     texts: list[list[torch.Tensor]]  # per sample, per task: long target ids (text then EOS)
     actions: torch.Tensor  # float32 [N, H, A] normalized action chunks
     continuations: list[torch.Tensor]  # per task: long ids of its continuation prompt
-    # long [N]: the first image slot's patch (row-major) that shows the named object, NO_TARGET where unknown
-    target_patches: torch.Tensor | None = None
+    # float32 [N, V, P]: per image, how much each (row-major) patch shows the named object (target_map); a row
+    # of zeros where it is out of view or unknown
+    target_maps: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.actions.shape[0]
@@ -153,29 +153,46 @@ class TrainingSet:
             texts=self.texts + other.texts,
             actions=torch.cat([self.actions, other.actions]),
             continuations=self.continuations,
-            target_patches=torch.cat([self.patches_or_none(), other.patches_or_none()]),
+            target_maps=_cat_maps(self, other),
         )
 
-    def patches_or_none(self) -> torch.Tensor:
-        """``target_patches``, or NO_TARGET for every sample of a set built without them."""
-        if self.target_patches is not None:
-            return self.target_patches
-        return torch.full((len(self),), NO_TARGET, dtype=torch.long)
+
+def _cat_maps(first: TrainingSet, second: TrainingSet) -> torch.Tensor | None:
+    """Both sets' target maps, zeros (no target) for a set built without them; None when neither has any."""
+    shapes = [s.target_maps.shape[1:] for s in (first, second) if s.target_maps is not None]
+    if not shapes:
+        return None
+    return torch.cat([s.target_maps if s.target_maps is not None else torch.zeros(len(s), *shapes[0]) for s in (first, second)])
 
 
-def target_patch(sample: Sample, grid: int) -> int:
-    """The row-major patch of a ``grid`` x ``grid`` patch grid over the (square) first camera image that holds
-    the sample's ``target_uv``; NO_TARGET without one."""
-    uv = getattr(sample, "target_uv", None)
-    if uv is None:
-        return NO_TARGET
-    height, width = sample.images[0].shape[:2]
-    if height != width:  # the runtime pads non-square images: fractions of the camera image are not the model's
-        raise ValueError(f"target_uv needs square first-camera images, got {width}x{height}")
-    u, v = uv
-    if not (0.0 <= u < 1.0 and 0.0 <= v < 1.0):
-        raise ValueError(f"target_uv {uv} lies outside the image (fractions in [0, 1) expected)")
-    return int(v * grid) * grid + int(u * grid)
+def target_map(sample: Sample, grid: int) -> torch.Tensor:
+    """[V, grid²] per camera image: where the sample's ``target_uvs`` point, spread bilinearly over the centres
+    of the four nearest patches of a ``grid`` x ``grid`` grid (row-major; the expected patch centre is the point
+    itself away from the border), so the label keeps the position inside a patch; zeros without a target."""
+    out = torch.zeros(len(sample.images), grid * grid)
+    for view, uv in enumerate(getattr(sample, "target_uvs", ())):
+        if uv is None:
+            continue
+        if view >= len(sample.images):
+            raise ValueError(f"target_uvs has {len(sample.target_uvs)} entries for {len(sample.images)} images")  # type: ignore[attr-defined]
+        height, width = sample.images[view].shape[:2]
+        if height != width:  # the runtime pads non-square images: fractions of the camera image are not the model's
+            raise ValueError(f"target_uvs needs square camera images, got {width}x{height} for image {view}")
+        if not all(0.0 <= c < 1.0 for c in uv):
+            raise ValueError(f"target_uvs {uv} of image {view} lies outside it (fractions in [0, 1) expected)")
+        # patch centres sit at (i + 0.5) / grid: grid coordinates of the point, clamped to the outer centres
+        x, y = (min(max(c * grid - 0.5, 0.0), grid - 1.0) for c in uv)
+        for row, wy in _neighbours(y, grid):
+            for col, wx in _neighbours(x, grid):
+                out[view, row * grid + col] += wx * wy
+    return out
+
+
+def _neighbours(x: float, grid: int) -> list[tuple[int, float]]:
+    """The integers around ``x`` (in [0, grid - 1]) with their linear-interpolation weights."""
+    low = int(x)
+    frac = x - low
+    return [(low, 1.0 - frac)] + ([(low + 1, frac)] if low + 1 < grid else [])
 
 
 def _to_uint8(pixels: torch.Tensor) -> torch.Tensor:
@@ -207,7 +224,7 @@ def build_training_set(
         raise ValueError(f"the data has {norm.action_dim} action dims; the model config has {cfg.action_dim}")
     tok = runtime.tokenizer
     grid = cfg.vision.image_size // cfg.vision.patch_size
-    pixels, image_index, prompts, texts, actions, patches = [], [], [], [], [], []
+    pixels, image_index, prompts, texts, actions, maps = [], [], [], [], [], []
     slots: torch.Tensor | None = None
     previous_images: tuple | None = None
     bar = tqdm(samples, desc="preprocessing", disable=not progress, dynamic_ncols=True, leave=False)
@@ -232,7 +249,7 @@ def build_training_set(
         prompts.append(frame.prompt_tokens.cpu())
         texts.append([torch.tensor(tok.encode(" " + s.texts[n]) + [cfg.eos_token_id]) for n in task_names])
         actions.append(norm.normalize_actions(relative_actions(s, delta_mask)))
-        patches.append(target_patch(s, grid))
+        maps.append(target_map(s, grid))
     if slots is None:
         raise ValueError("no training samples")
     return TrainingSet(
@@ -243,5 +260,5 @@ def build_training_set(
         texts=texts,
         actions=torch.from_numpy(np.stack(actions)),
         continuations=[torch.tensor(tasks[n].continuation) for n in task_names],
-        target_patches=torch.tensor(patches, dtype=torch.long),
+        target_maps=torch.stack(maps),
     )

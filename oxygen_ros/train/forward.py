@@ -8,8 +8,8 @@ so training and inference share weights and math. Losses (openpi π0/π0.5 and O
   MSE against the action expert's velocity;
 * next-token cross-entropy on each text task's target after its continuation prompt, averaged per task and
   then over the tasks;
-* optionally the grounding loss (``grounding.py``): a training-only head points at the first camera's patch
-  that shows the named object, read after a middle backbone layer.
+* optionally the grounding loss (``grounding.py``): a training-only head points, in every camera image, at the
+  patches that show the named object, read after a middle backbone layer.
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ def joint_forward(model: Pi05Model, batch: Batch, x_t: Tensor, times: Tensor) ->
 def _joint_pass(
     model: Pi05Model, batch: Batch, x_t: Tensor, times: Tensor, tap_layer: int | None
 ) -> tuple[Tensor, Tensor, Tensor | None]:
-    """``joint_forward`` plus the first image's patch tokens [B, P, Wb] as backbone layer ``tap_layer``
-    outputs them (None: not kept)."""
+    """``joint_forward`` plus the images' patch tokens [B, V, P, Wb] as backbone layer ``tap_layer`` outputs
+    them (None: not kept)."""
     cfg = model.config
     b = batch.size
     feats = model.multi_modal_projector(model.vision_tower(batch.images.to(model.dtype)))
@@ -76,7 +76,7 @@ def _joint_pass(
     for i, (layer, mods) in enumerate(zip(model.layers, layer_mods)):
         xb, xa = layer.joint(xb, xa, mods, cos, sin, mask)
         if i == tap_layer:
-            tapped = xb[:, : cfg.tokens_per_image]
+            tapped = xb[:, : batch.num_image_tokens].reshape(b, -1, cfg.tokens_per_image, xb.shape[-1])
     text_hidden, _ = model.norm(xb[:, batch.num_image_tokens :])
     xa, _ = model.action_norm(xa, final_mod)
     return text_hidden, model.action_out_proj(xa).float(), tapped
@@ -88,14 +88,14 @@ def compute_losses(
 ) -> Losses:
     """Both losses from one joint forward (the prefix is computed once and shared by them and by the batch's
     K flow samples: K noise draws per sample at one flow time, since the time conditions the whole action stream);
-    with ``grounding`` = (head, backbone layer, weight) and the batch's target patches, the grounding loss too."""
+    with ``grounding`` = (head, backbone layer, weight) and the batch's target maps, the grounding loss too."""
     actions = batch.actions.repeat(1, batch.flow_samples, 1)
     noise = torch.randn(actions.shape, generator=generator)
     times = sample_flow_time(batch.size, generator)
     t = times.view(-1, 1, 1)
     x_t = t * noise + (1.0 - t) * actions
     target = noise - actions
-    use_head = grounding is not None and batch.target_patches is not None
+    use_head = grounding is not None and batch.target_maps is not None
     hidden, velocity, patches = _joint_pass(model, batch, x_t, times, grounding[1] if use_head else None)
     flow = F.mse_loss(velocity, target)
     rows = batch.labels != IGNORE
@@ -112,6 +112,6 @@ def compute_losses(
     point = None
     if use_head:
         head, _, weight = grounding  # type: ignore[misc]
-        point = grounding_loss(head, patches, batch.target_patches)  # type: ignore[arg-type]
+        point = grounding_loss(head, patches, batch.target_maps)  # type: ignore[arg-type]
         total = total + weight * point
     return Losses(total, flow, text, per_task, point)

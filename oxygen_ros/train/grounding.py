@@ -1,14 +1,15 @@
-"""The grounding loss: which patch of the first camera image shows the object the instruction names.
+"""The grounding loss: which patches of each camera image show the object the instruction names.
 
 Finding the named object is two steps for the model: the patch that shows it must notice that the prompt
 names its colour (the prefix is bidirectional: image tokens attend to the prompt), and the text and action
 tokens must then read where that patch is. Neither step has a gradient of its own while the other is
 missing, so behaviour cloning alone sat on a plateau for 650 to more than 1500 steps, depending on the seed
 (README, training). This loss gives the first step a direct signal: a linear head, used only in training,
-scores every patch token of the first camera after a middle backbone layer, and a softmax over the patches
-is trained to point at the one holding the named object (the simulator knows where it is; ``target_uv``).
-It is a dense form of the object localization that pi0.5 co-trains on. The head is not part of the
-checkpoint: the served model is the plain pi0.5 structure.
+scores every patch token of every camera image after a middle backbone layer, and per image a softmax over
+its patches is trained to match where the named object is (the simulator knows: ``target_uvs``, spread
+bilinearly over the nearest patch centres by ``data.target_map``, so the label keeps the position inside a
+patch, which the wrist camera's fine approach needs). It is a dense form of the object localization that pi0.5
+co-trains on. The head is not part of the checkpoint: the served model is the plain pi0.5 structure.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-
-from .data import NO_TARGET
 
 
 class GroundingHead(nn.Module):
@@ -35,17 +34,20 @@ class GroundingHead(nn.Module):
             self.score.bias.zero_()
 
     def forward(self, patches: Tensor) -> Tensor:
-        """patches [B, P, W] → logits [B, P]."""
+        """patches [..., P, W] → logits [..., P]."""
         return self.score(self.norm(patches.float())).squeeze(-1)
 
 
-def grounding_loss(head: GroundingHead, patches: Tensor, targets: Tensor) -> Tensor:
-    """Cross-entropy of pointing at ``targets`` [B] (patch indices, NO_TARGET ignored) among ``patches``
-    [B, P, W]; zero (still in the graph) when no sample of the batch has a target."""
-    logits = head(patches)
-    if not bool((targets != NO_TARGET).any()):
+def grounding_loss(head: GroundingHead, patches: Tensor, maps: Tensor) -> Tensor:
+    """Cross-entropy of each image's softmax over its patches ``patches`` [B, V, P, W] against its target map
+    ``maps`` [B, V, P] (rows of zeros, no target, are left out), averaged over the images with a target; zero
+    (still in the graph) when none has one."""
+    logits = head(patches.flatten(0, 1))
+    targets = maps.flatten(0, 1)
+    has = targets.sum(-1) > 0
+    if not bool(has.any()):
         return logits.sum() * 0.0
-    return F.cross_entropy(logits, targets, ignore_index=NO_TARGET)
+    return -(targets[has] * F.log_softmax(logits[has], dim=-1)).sum(-1).mean()
 
 
 def default_layer(depth: int) -> int:
