@@ -169,7 +169,7 @@ def target_map(sample: Sample, grid: int) -> torch.Tensor:
     """[V, grid²] per camera image: where the sample's ``target_uvs`` point, spread bilinearly over the centres
     of the four nearest patches of a ``grid`` x ``grid`` grid (row-major; the expected patch centre is the point
     itself away from the border), so the label keeps the position inside a patch; zeros without a target."""
-    out = torch.zeros(len(sample.images), grid * grid)
+    out = np.zeros((len(sample.images), grid * grid), dtype=np.float32)  # numpy: per-element torch writes are slow
     for view, uv in enumerate(getattr(sample, "target_uvs", ())):
         if uv is None:
             continue
@@ -185,7 +185,7 @@ def target_map(sample: Sample, grid: int) -> torch.Tensor:
         for row, wy in _neighbours(y, grid):
             for col, wx in _neighbours(x, grid):
                 out[view, row * grid + col] += wx * wy
-    return out
+    return torch.from_numpy(out)
 
 
 def _neighbours(x: float, grid: int) -> list[tuple[int, float]]:
