@@ -27,8 +27,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--flow-weight", type=float, default=d.flow_weight)
     p.add_argument("--text-weight", type=float, default=d.text_weight)
     p.add_argument("--grounding-weight", type=float, default=d.grounding_weight,
-                   help="weight of the grounding loss: a training-only head points at the named object's patch "
-                   "(0 = off; default %(default)s)")
+                   help="weight of the grounding loss: a training-only head points at the named object in every "
+                   "camera image (0 = off; default %(default)s)")
     p.add_argument("--flow-samples", type=int, default=d.flow_samples,
                    help="flow-matching noise draws per sample, sharing one prefix forward (default %(default)s)")
     p.add_argument("--ema-decay", type=float, default=d.ema_decay,

@@ -53,9 +53,9 @@ def training_tasks() -> list[TaskConfig]:
 
 @dataclass
 class TrainConfig:
-    steps: int = 2400
+    steps: int = 1100
     seed: int = 0
-    samples: int = 32000  # expert samples (about 2.2 per control tick with the goal alternatives), generated before training
+    samples: int = 20000  # expert samples (about 2.2 per control tick with the goal alternatives), generated before training
     data_workers: int = 2  # processes generating them (part of what makes the expert data: keep it fixed); also
     # the processes of the DAgger rollouts (those come out the same for any number)
     batch_size: int = 32
@@ -67,16 +67,16 @@ class TrainConfig:
     flow_weight: float = 1.0
     flow_samples: int = 4  # noise draws per sample sharing one prefix forward (see batch.py)
     text_weight: float = 1.0
-    # the grounding loss (grounding.py): a training-only head points at the named object's patch; 0 = off (the
-    # committed checkpoint predates it; README, training)
-    grounding_weight: float = 0.0
+    # the grounding loss (grounding.py): a training-only head points at the named object in every camera image;
+    # 0 = off
+    grounding_weight: float = 1.0
     grounding_layer: int = -1  # backbone layer it reads (-1: the middle one)
     control_period_s: float = 0.2
     preset: str = "demo"
     model: ModelConfig | None = None  # overrides the preset (tests)
     tasks: list[TaskConfig] = field(default_factory=training_tasks)
     prompt_format: str = "pi05_state"
-    threads: int = 1  # torch threads (one: fastest on a shared machine, and results independent of the core count)
+    threads: int = 2  # torch threads (the result depends on their number, not on the cores; two fit the 15 minutes)
     dtype: str = "float32"  # stored weights: float32 or bfloat16
     save_every: int = 0  # also write the checkpoint every this many steps (0 = only at the end)
     delta_actions: bool = True  # arm joints relative to the state, gripper absolute (openpi's DeltaActions)
@@ -84,9 +84,9 @@ class TrainConfig:
     # DAgger: after ``steps``, rounds of on-policy episodes labelled by the expert, each followed by its own
     # short schedule on all on-policy samples so far + fresh expert samples (see oxygen_ros/sim/dagger.py)
     dagger_rounds: int = 2
-    dagger_episodes: int = 80  # policy episodes per round
-    dagger_fresh_samples: int = 10000  # new expert samples per round
-    dagger_steps: int = 600
+    dagger_episodes: int = 60  # policy episodes per round
+    dagger_fresh_samples: int = 6000  # new expert samples per round
+    dagger_steps: int = 250
     dagger_lr: float = 5e-4
 
     def model_config(self) -> ModelConfig:
