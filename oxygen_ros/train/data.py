@@ -34,7 +34,6 @@ class Sample(Protocol):
     texts: dict[str, str]
 
 
-
 # expert_samples(seed, horizon, control_period_s, image_size) → demonstration samples, deterministic for the seed
 SampleSource = Callable[[int, int, float, int], Iterator[Sample]]
 
