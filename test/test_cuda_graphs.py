@@ -56,3 +56,23 @@ def test_bucketed_decode_steps_give_each_request_its_greedy_text(device: str) ->
 
 def test_bucket() -> None:
     assert bucket(1, (1, 2, 4)) == 1 and bucket(3, (1, 2, 4)) == 4 and bucket(5, (1, 2, 4)) is None
+
+
+def test_the_recorded_bodies_trace_as_one_graph() -> None:
+    """What a CUDA graph records must not read device values on the host (``.item()``, ``.tolist()``, shapes that
+    depend on data): each would end the capture on a GPU. Dynamo with ``fullgraph=True`` refuses exactly such
+    calls, so tracing each recorded body as one graph checks this on the CPU, where no capture can run."""
+    model = tiny_model(seed=10)
+    chunk = GraphedActionSampler(model).recorded.fn
+    engine = Engine(model, [LANGUAGE, MEMORY], kv_budget_bytes=8 << 20, ignore_eos=True, decode_graphs=True)
+    runner = make_runner("oxygen", engine, tokens_per_frame=1)
+    for i in range(4):
+        runner.frame(make_frame(model.config, i))
+    assert engine.graphed_decoder is not None and engine.graphed_decoder._graphs
+    steps = [recorded.fn for _, recorded in engine.graphed_decoder._graphs.values()]
+    torch._dynamo.reset()
+    for body in [chunk, *steps]:
+        expected = body()
+        traced = torch.compile(body, fullgraph=True, backend="eager")()
+        torch.testing.assert_close(traced, expected, rtol=0, atol=0)
+    engine.cancel_all()
