@@ -114,3 +114,9 @@ def test_cli_prints_one_json_line_last(tmp_path, capsys) -> None:  # noqa: ANN00
     assert sum(n for _, n in summary["success_by_place"].values()) == 2
     assert set(summary["success_by_place"]) <= {f"{r} {s}" for r in ("near", "far") for s in ("left", "centre", "right")}
     assert cli.main(["eval", "--seed", "999999", "--episodes", "5", "--params-file", str(params), "--quiet"]) == 2
+    # The execution horizon from the command line: a new chunk every second tick halves the chunks.
+    capsys.readouterr()
+    code = cli.main(["eval", "--episodes", "2", "--seed", "5", "--params-file", str(params), "--time-limit", "0.8",
+                     "--quiet", "--replan", "n_action_steps", "--n-action-steps", "2"])  # fmt: skip
+    assert code == 0 and json.loads(capsys.readouterr().out.strip().splitlines()[-1])["chunks"] == 4
+    assert cli.main(["eval", "--episodes", "1", "--params-file", str(params), "--quiet", "--n-action-steps", "-1"]) == 2

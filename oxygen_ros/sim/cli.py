@@ -3,6 +3,7 @@
     oxygen-sim eval --episodes 20 --seed 0                       # config/demo_policy.yaml: the trained demo policy
     oxygen-sim eval --episodes 20 --seed 0 --engine-mode sequential
     oxygen-sim eval --params-file my.yaml --latency 0.1 --time-alignment none --json-out episodes.json
+    oxygen-sim eval --episodes 20 --replan tick                  # a new chunk every tick instead of the file's
     oxygen-sim chunking --episodes 20 --out docs/rtc                 # naive / aligned / aligned+RTC at 0-300 ms
     oxygen-sim expert --episodes 50 --seed 0                     # the scripted expert's own success rate
 
@@ -24,6 +25,7 @@ from typing import Any
 from tqdm import tqdm
 
 from oxygen_ros.runtime import RuntimeConfig, RuntimeLoadError
+from oxygen_ros.runtime.alignment import REPLAN
 from oxygen_ros.runtime.params_file import ParamsFileError, read_params_file
 from oxygen_ros.runtime.trajectory import JointLimits
 
@@ -72,19 +74,24 @@ def load_params(params_file: Path) -> tuple[RuntimeConfig, EvalSettings]:
     return config, settings
 
 
+def _config_from_args(args: argparse.Namespace) -> tuple[RuntimeConfig, EvalSettings]:
+    """The parameters file's configuration with the command line's overrides (ValueError on a bad value)."""
+    config, settings = load_params(args.params_file)
+    config = deterministic_config(config, getattr(args, "tokens_per_frame", None), args.engine_mode)
+    overrides = {"num_threads": args.num_threads, "rtc": getattr(args, "rtc", None), "replan": args.replan,
+                 "n_action_steps": args.n_action_steps}
+    config = dataclasses.replace(config, **{k: v for k, v in overrides.items() if v is not None}).validate()
+    return config, settings
+
+
 def _eval(args: argparse.Namespace) -> int:
     from oxygen_ros.runtime import PolicyRuntime
 
     try:
-        config, settings = load_params(args.params_file)
+        config, settings = _config_from_args(args)
     except (ParamsFileError, ValueError, TypeError) as exc:
         print(f"oxygen-sim: {exc}", file=sys.stderr)
         return 2
-    config = deterministic_config(config, args.tokens_per_frame, args.engine_mode)
-    if args.num_threads is not None:
-        config.num_threads = args.num_threads
-    if args.rtc is not None:
-        config.rtc = args.rtc
     settings = dataclasses.replace(
         settings, latency_s=args.latency, time_alignment=args.time_alignment or "",
         blank_cameras=args.blank_cameras, time_limit_s=args.time_limit,
@@ -143,13 +150,10 @@ def _chunking(args: argparse.Namespace) -> int:
         print(json.dumps({"out": str(args.out), "rows": rows}))
         return 0
     try:
-        config, settings = load_params(args.params_file)
+        config, settings = _config_from_args(args)
     except (ParamsFileError, ValueError, TypeError) as exc:
         print(f"oxygen-sim: {exc}", file=sys.stderr)
         return 2
-    config = deterministic_config(config, engine_mode=args.engine_mode)
-    if args.num_threads is not None:
-        config.num_threads = args.num_threads
     settings = dataclasses.replace(settings, time_limit_s=args.time_limit)
     try:
         specs = eval_specs(args.seed, args.episodes)
@@ -175,6 +179,13 @@ def _chunking(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_execution_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--replan", choices=list(REPLAN),
+                        help="a new chunk every tick, or once n_action_steps steps ran (default: the file's)")
+    parser.add_argument("--n-action-steps", type=int,
+                        help="actions of a chunk executed before the next replaces it (default: the file's)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="oxygen-sim", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -192,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--time-limit", type=float, default=12.0, help="seconds per episode")
     ev.add_argument("--instruction", help="use this instruction in every episode (any text)")
     ev.add_argument("--num-threads", type=int, help="torch CPU threads")
+    _add_execution_args(ev)
     ev.add_argument("--json-out", help="write the summary and every episode's details here")
     ev.add_argument("--quiet", action="store_true")
     ch = sub.add_parser("chunking", help="naive vs time-aligned vs time-aligned + RTC at several latencies")
@@ -205,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     ch.add_argument("--engine-mode", choices=["oxygen", "sequential", "shared", "parallel", "action_only"],
                     help="default: the file's (action_only gives the same actions without the text work)")
     ch.add_argument("--num-threads", type=int, help="torch CPU threads")
+    _add_execution_args(ch)
     ch.add_argument("--out", type=Path, default=ROOT / "docs" / "rtc", help="results.json, table.md, chunking.png")
     ch.add_argument("--combine", type=Path, nargs="+", metavar="FOLDER",
                     help="no new runs: one table and plot from earlier --out folders (e.g. one variant per process)")
