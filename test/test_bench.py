@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from oxygen_ros.bench.report import add_comparisons, interpolate_decode
+from oxygen_ros.bench.machine import MATRIX_FEATURES, cpu_flags
+from oxygen_ros.bench.workload import bf16_supported
 from oxygen_ros.model.compiled import compiler_available
 
 
@@ -42,6 +44,11 @@ def test_bench_cli_writes_results_and_plots(tmp_path: Path) -> None:
     for key in ("cpu_model", "cpu_cores", "cpu_caches", "torch", "torch_threads"):
         assert machine[key], key
     assert machine["torch_threads"] == 1 and results["run"]["command"].startswith("oxygen-bench ")
+    # The CPU features that decide the matrix products' speed and `auto`'s dtype: recorded and in the header.
+    header = proc.stdout.splitlines()[1]
+    assert machine["cpu_features"] == [f for f in MATRIX_FEATURES if f in cpu_flags()]
+    assert all(f in header for f in machine["cpu_features"]), header
+    assert bf16_supported("cpu") == bool({"avx512_bf16", "amx_bf16"} & set(machine["cpu_features"]))
     for text in (proc.stdout, (out / "table.txt").read_text(), (out / "results.json").read_text()):
         assert str(tmp_path) not in text  # no machine paths in what gets pasted or committed
     parts = results["parts"]

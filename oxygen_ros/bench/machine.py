@@ -9,6 +9,9 @@ from pathlib import Path
 import torch
 
 _CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
+# The instruction-set features that decide the matrix products' speed and the dtype `auto` picks (bfloat16
+# runs natively only with AVX512-BF16 or AMX): the same code differs several-fold between such CPUs.
+MATRIX_FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
 
 
 def cpu_model() -> str:
@@ -19,6 +22,17 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (Linux /proc/cpuinfo; empty elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
 
 
 def cpu_caches() -> list[dict]:
@@ -57,6 +71,7 @@ def machine_info(device: str, lane_threads: int | None) -> dict:
         "cpu_cores": os.cpu_count(),
         "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "cpu_caches": cpu_caches(),
+        "cpu_features": [f for f in MATRIX_FEATURES if f in cpu_flags()],
         "arch": platform.machine(),
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -75,8 +90,9 @@ def describe(info: dict) -> str:
     """One line for the printed header."""
     caches = " ".join(f"L{c['level']}{c['type'][0] if c['type'] != 'Unified' else ''} {c['size']}"
                       for c in info["cpu_caches"])
-    line = (f"{info['cpu_model']}, {info['cpu_cores']} cores ({caches or 'caches unknown'}), torch {info['torch']}, "
-            f"{info['torch_threads']} threads")
+    features = " ".join(info.get("cpu_features") or []) or "none of " + "/".join(MATRIX_FEATURES)
+    line = (f"{info['cpu_model']}, {info['cpu_cores']} cores ({caches or 'caches unknown'}; {features}), "
+            f"torch {info['torch']}, {info['torch_threads']} threads")
     if info.get("lane_threads"):
         line += f" (lanes: {info['lane_threads']} each)"
     if info.get("gpu"):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -12,6 +11,8 @@ from oxygen_ros.engine.engine import EngineLanes
 from oxygen_ros.model.compiled import ActionSampler, make_action_sampler
 from oxygen_ros.model.config import BENCH, ModelConfig, preset
 from oxygen_ros.model.vla import Pi05Model
+
+from .machine import cpu_flags
 
 PROMPT_TOKENS = 13  # with two cameras: 2 x 256 + 13 = 525 valid prefix positions, as in the reference run
 CONTINUATION = (13_527, 235_292, 235_248)  # a few fixed token ids standing for " Subtask:"
@@ -95,13 +96,7 @@ class BenchRuntime:
 
 def bf16_supported(device: str) -> bool:
     """bfloat16 where the hardware runs it natively: CUDA, or a CPU with AVX512-BF16 / AMX."""
-    if device.startswith("cuda"):
-        return True
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return device.startswith("cuda") or bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
 
 
 __all__ = ["BENCH", "Workload", "bf16_supported"]
