@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from oxygen_ros.runtime import PolicyRuntime, RuntimeConfig
+from oxygen_ros.runtime import PolicyRuntime, RuntimeConfig, RuntimeLoadError
 from oxygen_ros.runtime.alignment import ChunkTooLate, align_chunk, aligned_trajectory, delay_steps, replan_due
 from oxygen_ros.runtime.chunking import RealTimeChunker, RtcSettings
 from oxygen_ros.runtime.trajectory import JointLimits, trajectory_points
@@ -117,6 +117,9 @@ def test_n_action_steps_resolution_and_validation() -> None:
                 dict(rtc_prefix_attention_horizon=-2)):
         with pytest.raises(ValueError):
             RuntimeConfig(horizon=10, **bad).validate()
+    # horizon 0 = the model's chunk length, known once it is loaded: more steps than that is refused there
+    with pytest.raises(RuntimeLoadError, match="n_action_steps 99 is more than the chunk length"):
+        PolicyRuntime.load(RuntimeConfig(model_preset="tiny", n_action_steps=99, num_threads=1))
 
 
 # ------------------------------------------------------------------ against the simulator's follower

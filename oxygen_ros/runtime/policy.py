@@ -153,6 +153,11 @@ class PolicyRuntime:
             info = preset_info(cfg)
             model = cast_for_inference(Pi05Model(cfg), dtype, info.islands, device).eval()
             log.warning("model preset %r has random weights: its actions and text show the pipeline, not skill", config.model_preset)
+        if config.n_action_steps > model.config.action_horizon:  # horizon 0: only the model knows its length
+            raise RuntimeLoadError(
+                f"n_action_steps {config.n_action_steps} is more than the chunk length {model.config.action_horizon}: "
+                f"set it to 1..{model.config.action_horizon}, or 0 for the checkpoint's value (else the whole chunk)"
+            )
         tokenizer = cls._load_tokenizer(config, model.config)
         normalizer = cls._load_normalizer(config, info, model.config)
         runtime = cls(config, model, tokenizer, normalizer, info)
