@@ -1,4 +1,4 @@
-"""Write checkpoint folders the way openpi and LeRobot write them (tiny sizes), for the issue-8 tests.
+"""Write checkpoint folders the way openpi and LeRobot write them (tiny sizes), for the checkpoint tests.
 
 * ``lerobot_folder``: ``PI05Policy.save_pretrained`` + ``make_pi05_pre_post_processors(...).save_pretrained``:
   model.safetensors, a draccus ``config.json`` (``"type": "pi05"``), ``policy_preprocessor.json`` /

@@ -1,4 +1,4 @@
-"""Issue 8, done means: `oxygen_node` in its own process (DDS on loopback) started on a LeRobot pi05 folder (with
+"""`oxygen_node` in its own process (DDS on loopback) started on a LeRobot pi05 folder (with
 the Hugging Face tokenizer folder LeRobot users have) and on an openpi converted folder (statistics next to it,
 as the converter leaves them), and refusing an openpi folder that has no statistics with one line."""
 

@@ -180,7 +180,7 @@ def test_diagnostics_levels_follow_rate_inputs_and_silence():
     assert inputs.level == DiagnosticStatus.OK  # nothing grew since the last report
 
 
-@pytest.mark.parametrize("rate_hz, level", [(9.6, DiagnosticStatus.OK), (8.3, DiagnosticStatus.WARN)])  # 8.3: above the old 80 %
+@pytest.mark.parametrize("rate_hz, level", [(9.6, DiagnosticStatus.OK), (8.3, DiagnosticStatus.WARN)])  # 8.3 Hz of 10: under the 90 % WARN line
 def test_diagnostics_warn_below_90_percent_of_the_target_rate(rate_hz, level):
     d = Diagnostics(target_rate_hz=10.0, window_s=2.0)
     t, period = 0, int(NS / rate_hz)
@@ -725,7 +725,7 @@ SCENARIOS = [
              instruction=True),
     Scenario("instruction over max_instruction_chars", lambda r: r.instruct("go " * 1000),
              "skipped_rejected_instruction", "at most 2000 are allowed", instruction=True),
-    # Cut to the token limit as openpi and LeRobot do (issue 8): counted and warned, chunks go on.
+    # Cut to the token limit as openpi and LeRobot do: counted and warned, chunks go on.
     Scenario("instruction over the prompt budget", lambda r: r.instruct("put the cup on the plate " * 20),
              "prompts_truncated", "prompt cut to 96 tokens", blocks=False, instruction=True),
 ]

@@ -1,4 +1,4 @@
-"""Issue 8: the robot receives what openpi or LeRobot would send for their own checkpoints.
+"""The robot receives what openpi or LeRobot would send for their own checkpoints.
 
 Each test writes a folder the way the reference writes it (``layouts.py``), runs ``PolicyRuntime`` on a known
 observation, and checks the model's inputs (prompt ids, pixels) and the published actions against the
@@ -391,7 +391,7 @@ def test_bfloat16_keeps_the_references_float32_weights(env: SimpleNamespace, tmp
 @pytest.mark.parametrize("layout", ["openpi", "lerobot"])
 def test_oxygen_replay_offline_with_each_folder(env: SimpleNamespace, tmp_path: Path, layout: str,
                                                 capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
-    """Done means: each folder as published runs `oxygen-replay offline` with its statistics, chunk length,
+    """Each folder as published runs `oxygen-replay offline` with its statistics, chunk length,
     tokenizer, prompt format and camera order; without statistics it refuses with one line."""
     import yaml
 

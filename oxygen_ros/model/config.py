@@ -146,7 +146,7 @@ TINY = ModelConfig(
     max_prompt_tokens=96,
 )
 
-# Shaped like pi0.5 for the CPU benchmark (issue 3): width 256 backbone with the real 257k vocabulary.
+# Shaped like pi0.5 for the CPU benchmark (oxygen-bench): width 256 backbone with the real 257k vocabulary.
 BENCH = ModelConfig(
     vision=VisionConfig(width=192, depth=6, num_heads=3, mlp_dim=768, patch_size=14, image_size=224),
     backbone=ExpertConfig(width=256, depth=18, mlp_dim=2048, num_heads=8, num_kv_heads=1, head_dim=32),
