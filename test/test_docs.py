@@ -98,6 +98,18 @@ def test_every_relative_link_resolves(path: Path) -> None:
     assert broken_links(path) == []
 
 
+_HISTORY = re.compile(r"\bissue #?[0-9]+|\bsessions?\b", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("path", DOC_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_documentation_speaks_of_the_package_not_of_its_history(path: Path) -> None:
+    """Tracker numbers and development history mean nothing to a reader: say what a thing does and where a figure
+    comes from (command, machine, date) instead."""
+    text = path.read_text(encoding="utf-8")
+    hits = [f"{n}: {line.strip()[:100]}" for n, line in enumerate(text.splitlines(), 1) if _HISTORY.search(line)]
+    assert hits == []
+
+
 def test_the_checker_finds_broken_links_and_anchors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
     (tmp_path / "b.md").write_text("# Some `code` title (x)\n\n<a id=\"here\"></a>text\n", encoding="utf-8")
