@@ -94,25 +94,25 @@ class Listener:
             log.labels.append((e["stamp_ns"], e["subtask"], e["memory"]))
 
     def _on_view(self, msg) -> None:  # noqa: ANN001
-        from oxygen_ros.ros.convert import image_to_array, stamp_to_ns
+        from oxygen_ros.interface.convert import image_to_array, stamp_to_ns
 
         if self.current is not None and not self.current.end_ns:
             self.current.frames.append((stamp_to_ns(msg.header.stamp), image_to_array(msg).copy()))
 
     def _on_wrist(self, msg) -> None:  # noqa: ANN001
-        from oxygen_ros.ros.convert import image_to_array, stamp_to_ns
+        from oxygen_ros.interface.convert import image_to_array, stamp_to_ns
 
         if self.current is not None and not self.current.end_ns:
             self.current.wrist.append((stamp_to_ns(msg.header.stamp), image_to_array(msg).copy()))
 
     def _on_joints(self, msg) -> None:  # noqa: ANN001
-        from oxygen_ros.ros.convert import stamp_to_ns
+        from oxygen_ros.interface.convert import stamp_to_ns
 
         if self.current is not None and not self.current.end_ns and len(msg.position) >= 3:
             self.current.joints.append((stamp_to_ns(msg.header.stamp), np.asarray(msg.position, dtype=float)))
 
     def _on_delta(self, msg) -> None:  # noqa: ANN001
-        from oxygen_ros.ros.convert import stamp_to_ns
+        from oxygen_ros.interface.convert import stamp_to_ns
 
         parts = self._parts.setdefault(msg.request_id, [])
         parts.append(msg.text)

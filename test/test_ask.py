@@ -13,7 +13,7 @@ from action_msgs.msg import GoalStatus
 from oxygen_ros_msgs.action import Ask
 from rclpy.action import ActionClient
 
-from oxygen_ros.ros.convert import stamp_to_ns
+from oxygen_ros.interface.convert import stamp_to_ns
 from ros_helpers import spin_until
 from test_node import INSTRUCTION, TEST_OVERRIDES, Robot, robot_process
 

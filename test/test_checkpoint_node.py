@@ -17,7 +17,7 @@ from sensor_msgs.msg import Image, JointState
 
 from layouts import REF_TINY, lerobot_folder, openpi_converted, openpi_norm_stats, random_model, stats_arrays
 from oxygen_ros.model.tokenizer import train_tokenizer
-from oxygen_ros.ros.convert import array_to_image, ns_to_stamp
+from oxygen_ros.interface.convert import array_to_image, ns_to_stamp
 from ros_helpers import Collector, NodeProcess, make_test_node, spin_until, wait_for_match, write_params
 
 RELIABLE = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)

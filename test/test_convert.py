@@ -1,4 +1,4 @@
-"""oxygen_ros.ros.convert: image, joint-state, stamp and message-builder conversions."""
+"""oxygen_ros.interface.convert: image, joint-state, stamp and message-builder conversions."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from PIL import Image as PILImage
 
 from builtin_interfaces.msg import Time
-from oxygen_ros.ros.convert import (
+from oxygen_ros.interface.convert import (
     ImageConversionError,
     JointStateError,
     action_chunk_msg,

@@ -17,7 +17,7 @@ from rclpy.serialization import deserialize_message, serialize_message
 from rosbags.typesys import Stores
 
 from builtin_interfaces.msg import Duration, Time
-from oxygen_ros.ros.msg_types import (
+from oxygen_ros.interface.msg_types import (
     MSG_NAMES,
     candidate_msg_dirs,
     default_store,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from oxygen_ros.ros import params as P
+from oxygen_ros.interface import params as P, settings as S
 from oxygen_ros.ros.launch_args import LaunchArgumentError, as_bool, check_params_file, node_arguments
 from oxygen_ros.ros.main import main, parse_options, ros_arguments
 
@@ -129,8 +129,8 @@ def test_package_xml_declares_ros_and_python_dependencies():
 
 def test_demo_config_is_valid_and_as_documented():
     values = _ros_params(REPO / "config" / "demo.yaml")
-    assert P.validate_values(values) == []
-    settings, runtime = P.settings_from_values(values)
+    assert S.validate_values(values) == []
+    settings, runtime = S.settings_from_values(values)
     assert runtime.model_preset == "tiny" and runtime.checkpoint == ""
     assert [t for t in settings.camera_topics if t] and "" in settings.camera_topics  # cameras + a masked slot
     assert len([t for t in settings.camera_topics if t]) == 2
@@ -150,7 +150,7 @@ def test_robot_config_documents_every_parameter_and_is_valid_once_filled_in():
         assert any(line.strip().startswith("#") for line in above), f"{key} has no comment"
     assert "FILL IN" in path.read_text()
     filled = {k: v for k, v in values.items() if k != "use_sim_time"} | {"checkpoint": "", "tokenizer": ""}
-    assert P.validate_values(filled) == []
+    assert S.validate_values(filled) == []
     # The example is openpi's pi05_libero: trained with discrete_state_input=False (no state in the prompt).
     assert "libero" in values["checkpoint"] and values["prompt_format"] == "pi05"
     assert values["horizon"] == 0 and values["norm_mode"] == "auto"  # the checkpoint's chunk length and statistics

@@ -14,7 +14,7 @@ from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
 from oxygen_ros.replay.bagio import BagReader
-from oxygen_ros.ros.convert import stamp_to_ns
+from oxygen_ros.interface.convert import stamp_to_ns
 from ros_helpers import REPO, Collector, NodeProcess, make_test_node, ros_env, spin_for, spin_until
 
 DURATION_S = 3.0

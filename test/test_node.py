@@ -30,12 +30,12 @@ from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
-from oxygen_ros.ros.convert import array_to_image, ns_to_stamp, stamp_to_ns
+from oxygen_ros.interface.convert import array_to_image, ns_to_stamp, stamp_to_ns
 from oxygen_ros.ros.diagnostics import Diagnostics
-from oxygen_ros.ros.inputs import InputStore, ObservationError
-from oxygen_ros.ros import params as P
+from oxygen_ros.interface.inputs import InputStore, ObservationError
+from oxygen_ros.interface import params as P
 from oxygen_ros.ros.node import INSTRUCTION_QOS, OxygenNode
-from oxygen_ros.ros.outputs import JointLimits, trajectory_msg
+from oxygen_ros.interface.outputs import JointLimits, trajectory_msg
 
 from ros_helpers import REPO, Collector, FakeRuntime, NodeProcess, make_test_node, spin_for, spin_until, wait_for_match, write_params
 

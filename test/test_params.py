@@ -7,8 +7,9 @@ import pytest
 import rclpy
 from rclpy.parameter import Parameter
 
-from oxygen_ros.ros import params as P
+from oxygen_ros.interface import params as P, settings as S
 from oxygen_ros.ros.node import OxygenNode
+from oxygen_ros.ros.node_params import descriptor
 from oxygen_ros.runtime import RuntimeConfig
 
 from ros_helpers import FakeRuntime
@@ -36,14 +37,14 @@ def make_node(**overrides):
 
 # ---------------------------------------------------------------------------------- pure validation
 def test_defaults_are_valid_once_joints_are_named():
-    assert P.validate_values(GOOD) == []
+    assert S.validate_values(GOOD) == []
 
 
 def test_every_parameter_has_a_description_and_a_matching_default_type():
     for spec in P.PARAMS:
         assert spec.description, spec.name
         assert spec.validate(spec.default) is None, spec.name
-        assert spec.descriptor().description
+        assert descriptor(spec).description
 
 
 def test_every_runtime_field_is_a_parameter():
@@ -90,20 +91,20 @@ def test_every_runtime_field_is_a_parameter():
     ],
 )
 def test_bad_values_are_refused_with_a_reason(change, words):
-    problems = P.validate_values({**GOOD, **change})
+    problems = S.validate_values({**GOOD, **change})
     assert problems and any(words in p for p in problems), problems
-    with pytest.raises(P.ConfigError, match="invalid parameters"):
-        P.settings_from_values({**GOOD, **change})
+    with pytest.raises(S.ConfigError, match="invalid parameters"):
+        S.settings_from_values({**GOOD, **change})
 
 
 def test_integers_are_accepted_for_doubles():
-    assert P.validate_values({**GOOD, "control_rate_hz": 5, "joint_limits_lower": [-1] * 7, "joint_limits_upper": [1] * 7}) == []
-    settings, _ = P.settings_from_values({**GOOD, "control_rate_hz": 5})
+    assert S.validate_values({**GOOD, "control_rate_hz": 5, "joint_limits_lower": [-1] * 7, "joint_limits_upper": [1] * 7}) == []
+    settings, _ = S.settings_from_values({**GOOD, "control_rate_hz": 5})
     assert settings.control_rate_hz == 5.0 and isinstance(settings.control_rate_hz, float)
 
 
 def test_mapping_to_runtime_and_node_settings():
-    settings, cfg = P.settings_from_values({
+    settings, cfg = S.settings_from_values({
         **GOOD,
         "camera_topics": ["/a/image_raw", "", "/b/image_raw/compressed"],
         "camera_widths": [64, 0, 32], "camera_heights": [48, 0, 24],
@@ -117,11 +118,11 @@ def test_mapping_to_runtime_and_node_settings():
     assert settings.camera_optional == (False, False, False)
     assert settings.camera_sizes == ((64, 48), (0, 0), (32, 24))
     assert settings.step_period_s == pytest.approx(0.25)
-    _, cfg = P.settings_from_values({**GOOD, "n_action_steps": 4, "replan": "n_action_steps", "time_alignment": "drop",
+    _, cfg = S.settings_from_values({**GOOD, "n_action_steps": 4, "replan": "n_action_steps", "time_alignment": "drop",
                                      "rtc": True, "rtc_beta": 2, "rtc_prefix_attention_horizon": 6, "rtc_schedule": "linear"})
     assert (cfg.n_action_steps, cfg.replan, cfg.time_alignment) == (4, "n_action_steps", "drop")
     assert (cfg.rtc, cfg.rtc_beta, cfg.rtc_prefix_attention_horizon, cfg.rtc_schedule) == (True, 2, 6, "linear")
-    settings, _ = P.settings_from_values({**GOOD, "camera_compressed": [True, False, False], "action_step_period_s": 0.05})
+    settings, _ = S.settings_from_values({**GOOD, "camera_compressed": [True, False, False], "action_step_period_s": 0.05})
     assert settings.camera_compressed == (True, False, False)
     assert settings.step_period_s == 0.05
 
@@ -142,9 +143,9 @@ def test_node_declares_every_parameter_with_its_descriptor():
 
 
 def test_bad_start_up_values_raise_config_error():
-    with pytest.raises(P.ConfigError, match="control_rate_hz must be > 0"):
+    with pytest.raises(S.ConfigError, match="control_rate_hz must be > 0"):
         make_node(control_rate_hz=-1.0)
-    with pytest.raises(P.ConfigError, match="expected int"):
+    with pytest.raises(S.ConfigError, match="expected int"):
         make_node(horizon="ten")
 
 
@@ -184,7 +185,7 @@ def test_every_parameter_has_a_typed_value_empty_lists_included():
         for spec in P.PARAMS:
             param = node.get_parameter(spec.name)
             assert param.type_ != Parameter.Type.NOT_SET, spec.name
-            assert param.type_.value == spec.descriptor().type, spec.name
+            assert param.type_.value == descriptor(spec).type, spec.name
         assert list(node.get_parameter("task_stop").value) == [] and list(node.get_parameter("camera_widths").value) == []
         # Still read-only once set to its empty value.
         assert not node.set_parameters([Parameter("camera_widths", value=[1, 2, 3])])[0].successful
@@ -193,9 +194,9 @@ def test_every_parameter_has_a_typed_value_empty_lists_included():
 
 
 def test_parameters_that_do_not_fit_the_model_raise_config_error():
-    with pytest.raises(P.ConfigError, match="4 entries but the model has 3 image slots"):
+    with pytest.raises(S.ConfigError, match="4 entries but the model has 3 image slots"):
         make_node(camera_topics=["/a", "/b", "/c", "/d"])
-    with pytest.raises(P.ConfigError, match="9 joints but the model's actions have 8"):
+    with pytest.raises(S.ConfigError, match="9 joints but the model's actions have 8"):
         make_node(joint_names=[f"j{i}" for i in range(9)])
 
 

@@ -28,8 +28,8 @@ from oxygen_ros.replay.bagio import BagReader, BagWriter
 from oxygen_ros.replay.cli import main
 from oxygen_ros.replay.play import BagPlayer, PlayOptions
 from oxygen_ros.replay.scene import SceneConfig, write_demo_bag
-from oxygen_ros.ros.convert import stamp_to_ns
-from oxygen_ros.ros.msg_types import oxygen_typestore
+from oxygen_ros.interface.convert import stamp_to_ns
+from oxygen_ros.interface.msg_types import oxygen_typestore
 
 INSTRUCTION = "/oxygen_node/instruction"
 

@@ -192,7 +192,7 @@ def test_lerobot_relative_actions(env: SimpleNamespace) -> None:
 
 def test_lerobot_camera_feature_names_and_order(env: SimpleNamespace, tmp_path: Path) -> None:
     """Item 11: slots follow input_features; camera topics can be given by feature name."""
-    from oxygen_ros.ros import params as P
+    from oxygen_ros.interface import settings as S
 
     model = random_model(REF_TINY.replace(num_image_slots=2), seed=7)
     folder = lerobot_folder(env.root / "lerobot_cams", model, env.state, env.action,
@@ -202,13 +202,13 @@ def test_lerobot_camera_feature_names_and_order(env: SimpleNamespace, tmp_path: 
     values = {"checkpoint": str(folder), "tokenizer": str(env.tok), "joint_names": [f"j{i}" for i in range(7)],
               "camera_topics": ["/cam/top", "/cam/wrist"], "camera_features": ["top", "observation.images.wrist"],
               "camera_optional": [False, True]}  # fmt: skip
-    settings, _ = P.settings_from_values(values)
+    settings, _ = S.settings_from_values(values)
     assert settings.camera_topics == ("/cam/wrist", "/cam/top") and settings.camera_optional == (True, False)
     only_top = {**values, "camera_topics": ["/cam/top"], "camera_features": ["top"], "camera_optional": [False]}
-    settings, _ = P.settings_from_values(only_top)
+    settings, _ = S.settings_from_values(only_top)
     assert settings.camera_topics == ("", "/cam/top")  # the wrist slot is masked
-    with pytest.raises(P.ConfigError, match=r"unknown image feature 'base'.*observation.images.wrist"):
-        P.settings_from_values({**values, "camera_features": ["base", "top"]})
+    with pytest.raises(S.ConfigError, match=r"unknown image feature 'base'.*observation.images.wrist"):
+        S.settings_from_values({**values, "camera_features": ["base", "top"]})
 
 
 # --------------------------------------------------------------------------------------------- openpi

@@ -26,7 +26,7 @@ from oxygen_ros.replay.cli import main
 from oxygen_ros.replay.config import ParamsFileError, load_replay_config
 from oxygen_ros.replay.offline import OfflineOptions, ReplayError, replay_offline
 from oxygen_ros.replay.scene import DemoScene, SceneConfig, scene_for_config, write_demo_bag
-from oxygen_ros.ros.convert import FINISH_REASONS, image_to_array, stamp_to_ns
+from oxygen_ros.interface.convert import FINISH_REASONS, image_to_array, stamp_to_ns
 
 NS = 1_000_000_000
 PARAMS = """

@@ -14,7 +14,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from ros_helpers import REPO, Collector, NodeProcess, make_test_node, spin_until, wait_for_match, write_params
 
-from oxygen_ros.ros.convert import image_to_array
+from oxygen_ros.interface.convert import image_to_array
 
 LATCHED = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 NS = "/robot1"

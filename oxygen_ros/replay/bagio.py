@@ -4,7 +4,7 @@
   time), with topic remapping. A truncated MCAP recording is salvaged up to the damage (with a warning);
   damage met while iterating ends the iteration with a warning instead of an exception.
 - :class:`BagWriter` writes rosbags message objects, raw CDR bytes, or rclpy-style message objects (such as
-  those `oxygen_ros.ros.convert` builds) converted field by field. A path ending in ``.mcap`` or ``.db3``
+  those `oxygen_ros.interface.convert` builds) converted field by field. A path ending in ``.mcap`` or ``.db3``
   becomes that single storage file; any other path a rosbag2 folder (storage chosen by ``storage``).
 - Message builders for the standard types the tools write (Image, JointState, String, Clock,
   JointTrajectory), as rosbags objects.
@@ -25,7 +25,7 @@ from rosbags.interfaces import Nodetype, Qos, QosDurability, QosHistory, QosLive
 from rosbags.typesys import get_types_from_idl, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
 
-from oxygen_ros.ros.msg_types import default_store, oxygen_typestore
+from oxygen_ros.interface.msg_types import default_store, oxygen_typestore
 
 from .mcap_salvage import SalvageError, salvage_mcap
 

@@ -2,7 +2,7 @@
 
 The replay tools take the same YAML as the node (``--params-file``): ``{node_name: {ros__parameters:
 {...}}}`` (optionally nested under namespaces, or ``/**``), or a plain mapping of parameter values.
-Values are checked by the node's own validation (`oxygen_ros.ros.params`), so a file the node refuses
+Values are checked by the node's own validation (`oxygen_ros.interface.settings`), so a file the node refuses
 is refused here with the same reasons. Private topic names (``~/x``) expand against the node's fully
 qualified name, taken from the YAML key (``/oxygen_node``, the node's default name, for ``/**``).
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from oxygen_ros.ros.params import (
+from oxygen_ros.interface.settings import (
     ConfigError, NodeSettings, default_values, node_settings, runtime_config, settings_from_values,
 )  # fmt: skip
 from oxygen_ros.runtime import RuntimeConfig

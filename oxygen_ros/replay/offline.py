@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from oxygen_ros.ros.convert import (
+from oxygen_ros.interface.convert import (
     action_chunk_msg,
     compressed_image_to_array,
     image_to_array,
@@ -35,11 +35,11 @@ from oxygen_ros.ros.convert import (
     stamp_to_ns,
     text_delta_msg,
 )
-from oxygen_ros.ros.inputs import InputStore, ObservationError
-from oxygen_ros.ros.outputs import JointLimits, to_trajectory_msg
-from oxygen_ros.runtime.alignment import ChunkTooLate, aligned_trajectory, replan_due
-from oxygen_ros.ros.params import model_fit_problems
+from oxygen_ros.interface.inputs import InputStore, ObservationError
+from oxygen_ros.interface.outputs import JointLimits, to_trajectory_msg
+from oxygen_ros.interface.settings import model_fit_problems
 from oxygen_ros.runtime import InputError, PolicyRuntime
+from oxygen_ros.runtime.alignment import ChunkTooLate, aligned_trajectory, replan_due
 
 from .bagio import (
     ACTION_CHUNK, COMPRESSED_IMAGE, IMAGE, JOINT_STATE, JOINT_TRAJECTORY, NS_PER_S, STRING, TEXT_DELTA,

@@ -217,7 +217,7 @@ class BagPlayer:
     def _one_pass(self, publishers: Mapping[str, Any], clock_pub: Any) -> None:
         from rosgraph_msgs.msg import Clock
 
-        from oxygen_ros.ros.convert import ns_to_stamp
+        from oxygen_ros.interface.convert import ns_to_stamp
 
         with BagReader(self.bag, remap=self.options.remap) as reader:
             start = reader.start_ns + round(self.options.start_offset_s * NS_PER_S)

@@ -30,7 +30,7 @@ from rclpy.node import Node
 
 from oxygen_ros.engine import ASK_TASK, QuestionRefused
 
-from .convert import ns_to_stamp
+from oxygen_ros.interface.convert import ns_to_stamp
 
 __all__ = ["AskServer"]
 

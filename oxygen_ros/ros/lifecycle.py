@@ -23,7 +23,7 @@ from rclpy.qos import QoSProfile
 from oxygen_ros.runtime import RuntimeLoadError
 
 from .node import OxygenNode, RuntimeLoader
-from .params import ConfigError
+from oxygen_ros.interface.param_spec import ConfigError
 
 __all__ = ["OxygenLifecycleNode"]
 

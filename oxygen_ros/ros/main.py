@@ -137,7 +137,7 @@ def _run(options: Options) -> int:
 
     from .lifecycle import OxygenLifecycleNode
     from .node import OxygenNode
-    from .params import ConfigError
+    from oxygen_ros.interface.param_spec import ConfigError
 
     # Every torch op releases the GIL and must take it back. With the executor thread busy in Python
     # (sensor callbacks, /clock), the model thread then waits up to the switch interval per op: at the

@@ -41,15 +41,16 @@ from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
+from oxygen_ros.interface import settings as S
+from oxygen_ros.interface.convert import action_chunk_msg, compressed_image_to_array, image_to_array, joint_positions, stamp_to_ns, text_delta_msg
+from oxygen_ros.interface.inputs import InputStore, Observation, ObservationError
+from oxygen_ros.interface.outputs import JointLimits, final_text_topic, text_topic, to_trajectory_msg
 from oxygen_ros.runtime import InputError, PolicyRuntime, RuntimeConfig
 from oxygen_ros.runtime.alignment import ChunkTooLate, aligned_trajectory, replan_due
 
-from . import params as P
+from . import node_params
 from .ask_server import AskServer
-from .convert import action_chunk_msg, compressed_image_to_array, image_to_array, joint_positions, stamp_to_ns, text_delta_msg
 from .diagnostics import Diagnostics, diagnostic_array
-from .inputs import InputStore, Observation, ObservationError
-from .outputs import JointLimits, final_text_topic, text_topic, to_trajectory_msg
 from .topic_stats import TopicStatistics
 
 __all__ = ["OxygenNode", "RuntimeLoader"]
@@ -97,7 +98,7 @@ class OxygenNode(Node):
         Node.__init__(self, node_name, **kwargs)
         self._managed = managed
         self._runtime_loader: RuntimeLoader = runtime_loader or PolicyRuntime.load
-        self._values = P.declare_parameters(self, fixed_read_only=not managed)
+        self._values = node_params.declare_parameters(self, fixed_read_only=not managed)
         self._warn_unknown_overrides()
         self.runtime: Any = None  # set while configured
         self._ready = False  # configured: runtime, store, statistics and publishers all exist
@@ -132,8 +133,8 @@ class OxygenNode(Node):
     def _configure(self) -> None:
         """Validate the parameters, load the model (+ tokenizer, statistics, warm-up), create the publishers and
         the ~/ask server. Raises ConfigError / RuntimeLoadError and then holds nothing."""
-        self._values = P.read_values(self)
-        self.settings, runtime_config = P.settings_from_values(self._values)
+        self._values = node_params.read_values(self)
+        self.settings, runtime_config = S.settings_from_values(self._values)
         self.runtime = self._runtime_loader(runtime_config)
         try:
             self._check_fits_model()
@@ -236,9 +237,9 @@ class OxygenNode(Node):
 
     def _check_fits_model(self) -> None:
         rt = self.runtime
-        problems = P.model_fit_problems(self.settings, rt.num_image_slots, rt.action_dim, rt.state_dim, rt.needs_state)
+        problems = S.model_fit_problems(self.settings, rt.num_image_slots, rt.action_dim, rt.state_dim, rt.needs_state)
         if problems:
-            raise P.ConfigError("parameters do not fit the model: " + "; ".join(problems))
+            raise S.ConfigError("parameters do not fit the model: " + "; ".join(problems))
 
     def _create_publishers(self) -> None:
         self._chunk_pub = self._make_publisher(ActionChunk, "~/action_chunk", RELIABLE)
@@ -527,15 +528,15 @@ class OxygenNode(Node):
 
     # ------------------------------------------------------------------------------ parameters
     def _on_set_parameters(self, changes: list[Parameter]) -> SetParametersResult:
-        return P.check_changes(self._values, changes, fixed_locked=self._managed and self.runtime is not None)
+        return node_params.check_changes(self._values, changes, fixed_locked=self._managed and self.runtime is not None)
 
     def _after_set_parameters(self, changes: list[Parameter]) -> None:
-        self._values = P.read_values(self)  # post-set: the new values are stored already
+        self._values = node_params.read_values(self)  # post-set: the new values are stored already
         for p in changes:
             self.get_logger().info(f"parameter {p.name} set to {p.value!r}")
         if not self._ready:  # unconfigured (managed node): configure reads them
             return
-        old, new = self.settings, P.node_settings(self._values)
+        old, new = self.settings, S.node_settings(self._values)
         self.settings = new
         self.store.max_instruction_chars = new.max_instruction_chars
         self._limits = JointLimits(new.joint_limits_lower, new.joint_limits_upper)

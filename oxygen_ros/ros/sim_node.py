@@ -21,15 +21,16 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
+from oxygen_ros.interface.convert import array_to_image
+from oxygen_ros.interface.outputs import from_trajectory_msg
+from oxygen_ros.interface.param_spec import ConfigError, ParamSpec
 from oxygen_ros.sim.episode import EpisodeSpec
 from oxygen_ros.sim.evaluate import eval_specs
 from oxygen_ros.sim.render import render
 from oxygen_ros.sim.runner import EpisodeEvent, EpisodeRunner
 from oxygen_ros.sim.scene import JOINT_NAMES
 
-from .convert import array_to_image
-from .outputs import from_trajectory_msg
-from .params import ConfigError, ParamSpec, declare_parameters
+from .node_params import declare_parameters
 
 __all__ = ["OxygenSimNode", "SIM_PARAMS"]
 

@@ -1,0 +1,210 @@
+"""The node's declared parameters: one table, shared by the node and the offline tools.
+
+Every `RuntimeConfig` field is a parameter of the same name; the text tasks are four flat lists
+(`task_names`, `task_prompts`, `task_every_n_frames`, `task_max_tokens`) because a ROS parameter
+cannot hold a list of mappings. Parameters that fix the model or the wiring (topics) are read-only once
+the node runs; the rest (rates, ages, output switches, limits, the default instruction) can be changed
+with `ros2 param set`, and a bad value is refused with a reason. Validation and the mapping to the
+node's settings live in `settings`; declaring the parameters on an rclpy node in
+`oxygen_ros.ros.node_params`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Sequence
+
+from oxygen_ros.engine.modes import MODES
+from oxygen_ros.engine.questions import ASK_TASK
+from oxygen_ros.model.config import PRESETS
+from oxygen_ros.model.key_maps import VARIANTS
+from oxygen_ros.model.rtc import SCHEDULES
+from oxygen_ros.runtime import RuntimeConfig
+from oxygen_ros.runtime.alignment import REPLAN, TIME_ALIGNMENTS
+from oxygen_ros.runtime.config import NORM_MODE_CHOICES, PROMPT_FORMAT_CHOICES, RESIZE_MODE_CHOICES
+
+from .param_spec import ParamSpec, check_device as _check_device, check_topic as _check_topic
+
+__all__ = ["DEFAULT_TRAJECTORY_TOPIC", "PARAMS", "RUNTIME_FIELDS", "SPECS", "TASK_LISTS"]
+
+DEFAULT_TRAJECTORY_TOPIC = "joint_trajectory_controller/joint_trajectory"  # relative: follows the namespace
+_TASK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
+
+def _check_task_names(value: Sequence[str]) -> str | None:
+    bad = [n for n in value if not _TASK_NAME.match(n)]
+    if bad:
+        return f"task_names {bad} must start with a letter and hold only letters, digits and '_' (they become topic names)"
+    if len(set(value)) != len(value):
+        return f"task_names must be unique, got {list(value)}"
+    if ASK_TASK in value:
+        return f"task_names: {ASK_TASK!r} is reserved for the ~/ask action's answers"
+    return None
+
+
+def _runtime_default(name: str) -> Any:
+    return getattr(RuntimeConfig(), name)
+
+
+def _task_default(field: str) -> list[Any]:
+    return [getattr(t, field) for t in RuntimeConfig().tasks]
+
+
+PARAMS: tuple[ParamSpec, ...] = (
+    # ----------------------------------------------------------------- model (RuntimeConfig fields)
+    ParamSpec("model_preset", "str", _runtime_default("model_preset"),
+              "Built-in model shape used when 'checkpoint' is empty (random weights: for demos and tests).",
+              choices=tuple(sorted(PRESETS))),
+    ParamSpec("checkpoint", "str", "", "Checkpoint folder (model.safetensors + config.json); '' = use model_preset."),
+    ParamSpec("tokenizer", "str", "",
+              "PaliGemma tokenizer: SentencePiece .model file or Hugging Face folder (tokenizer.json); '' = the "
+              "built-in demo tokenizer (random-weight presets only)."),
+    ParamSpec("norm_stats", "str", "",
+              "norm_stats.json (openpi format); '' = the checkpoint's own statistics (openpi assets/, LeRobot "
+              "processor files). A checkpoint without any refuses to start unless norm_mode is none."),
+    ParamSpec("norm_mode", "str", _runtime_default("norm_mode"),
+              "How states/actions are normalized: auto = as the checkpoint's framework (LeRobot: its norm map; openpi: "
+              "quantile; a preset: none), quantile, mean_std, or none (the model's normalized values go out as they are).",
+              choices=NORM_MODE_CHOICES),
+    ParamSpec("device", "str", _runtime_default("device"), "Torch device: cpu, cuda or cuda:N.", check=_check_device),
+    ParamSpec("dtype", "str", _runtime_default("dtype"), "Model weights dtype.", choices=("float32", "bfloat16")),
+    ParamSpec("horizon", "int", _runtime_default("horizon"),
+              "Action chunk length H: 0 = the checkpoint's own (openpi action_horizon, LeRobot chunk_size); another "
+              "value than the checkpoint's is refused. Sets H of a preset.", low=0, high=1000),
+    ParamSpec("denoise_steps", "int", _runtime_default("denoise_steps"),
+              "Flow-matching Euler steps per chunk; 0 = the checkpoint's (LeRobot num_inference_steps, else 10).",
+              low=0, high=1000),
+    ParamSpec("prompt_format", "str", _runtime_default("prompt_format"),
+              "Prompt layout; auto = what the checkpoint records (LeRobot: pi05_state), else pi05_state with a "
+              "warning; 'pi05_state' puts the digitized joint state in the prompt (needs joint_names).",
+              choices=PROMPT_FORMAT_CHOICES),
+    ParamSpec("resize_mode", "str", _runtime_default("resize_mode"),
+              "Camera image resize: auto = as the checkpoint's framework; pil = openpi (PIL bilinear on uint8); "
+              "bilinear = LeRobot (torch bilinear on float, no antialiasing).", choices=RESIZE_MODE_CHOICES),
+    ParamSpec("delta_action_mask", "bool[]", [],
+              "Per action dimension: true = trained relative to the state (the state is added back after "
+              "unnormalizing; openpi ALOHA: 6 x true, false, 6 x true, false). Empty = the checkpoint's (LeRobot "
+              "use_relative_actions), else absolute."),
+    ParamSpec("paligemma_variant", "str", "",
+              "Backbone shape of an openpi training checkpoint without config.json ('' = from config.json).",
+              choices=("", *sorted(VARIANTS))),
+    ParamSpec("action_expert_variant", "str", "",
+              "Action expert shape of an openpi training checkpoint without config.json ('' = from config.json).",
+              choices=("", *sorted(VARIANTS))),
+    ParamSpec("action_dim", "int", 0,
+              "Model action width of an openpi training checkpoint without config.json (0 = from config.json).",
+              low=0, high=4096),
+    ParamSpec("task_names", "str[]", _task_default("name"),
+              "Text tasks decoded from every frame's shared prefix; each publishes on ~/text/<name>.",
+              check=_check_task_names),
+    ParamSpec("task_prompts", "str[]", _task_default("prompt"), "Continuation prompt of each task (same order)."),
+    ParamSpec("task_every_n_frames", "int[]", _task_default("every_n_frames"),
+              "Each task starts a new request every N control ticks.", low=1, high=1_000_000),
+    ParamSpec("task_stop", "str[]", [], "Optional stop string of each task ('' = none); empty = no stop strings."),
+    ParamSpec("task_max_tokens", "int[]", _task_default("max_tokens"), "Token limit of each task's requests.",
+              low=1, high=100_000),
+    ParamSpec("engine_mode", "str", _runtime_default("engine_mode"),
+              "Scheduling: 'oxygen' (shared prefill + cross-frame batched text) or a comparison baseline.",
+              choices=tuple(MODES)),
+    ParamSpec("tokens_per_frame", "int", _runtime_default("tokens_per_frame"),
+              "oxygen mode: 0 = decode as many tokens as fit before the next tick; k > 0 = k steps per tick.",
+              low=0, high=100_000),
+    ParamSpec("kv_budget_mb", "float", float(_runtime_default("kv_budget_mb")), "KV cache memory budget in MiB.",
+              low=0.0, high=1e7, low_open=True),
+    ParamSpec("admission", "str", _runtime_default("admission"),
+              "When the KV budget is full: 'wait' queues new text requests, 'refuse' drops them.",
+              choices=("wait", "refuse")),
+    ParamSpec("max_waiting", "int", _runtime_default("max_waiting"), "Most text requests queued for KV memory.",
+              low=0, high=100_000),
+    ParamSpec("seed", "int", _runtime_default("seed"), "Seed of the action noise (and of preset weights).",
+              low=0, high=2**31 - 1),
+    ParamSpec("num_threads", "int", _runtime_default("num_threads"),
+              "Torch CPU threads for the model (0 = torch's default, one per core).", low=0, high=1024),
+    ParamSpec("action_backend", "str", _runtime_default("action_backend"),
+              "'compiled': the action chunk through torch.compile, compiled at start-up (eager if that fails); "
+              "'eager': plain torch.", choices=("eager", "compiled")),
+    ParamSpec("overlap_decode", "bool", _runtime_default("overlap_decode"),
+              "oxygen mode: run one batched decode step on a second thread while the action chunk runs."),
+    # ------------------------------------------------------- chunk execution (runtime/alignment.py, chunking.py)
+    ParamSpec("n_action_steps", "int", _runtime_default("n_action_steps"),
+              "Execution horizon: actions of a chunk run after it arrives before the next one replaces it "
+              "(0 = the checkpoint's n_action_steps, else the whole chunk); at most horizon.", low=0, high=1000),
+    ParamSpec("replan", "str", _runtime_default("replan"),
+              "When a new chunk is computed: every control tick, or once n_action_steps steps ran since the last.",
+              choices=REPLAN),
+    ParamSpec("time_alignment", "str", _runtime_default("time_alignment"),
+              "'stamp': trajectories stamped with the observation time (the controller skips past points); "
+              "'drop': the first ceil(latency / step) actions dropped, the rest start on arrival; 'none': every "
+              "action from arrival (replays the past).", choices=TIME_ALIGNMENTS),
+    ParamSpec("rtc", "bool", _runtime_default("rtc"),
+              "Real-time chunking: guide each chunk's overlap with the still-executing previous chunk."),
+    ParamSpec("rtc_beta", "float", _runtime_default("rtc_beta"),
+              "Real-time chunking: maximum guidance weight (0 = plain sampling).", low=0.0, high=1e6),
+    ParamSpec("rtc_prefix_attention_horizon", "int", _runtime_default("rtc_prefix_attention_horizon"),
+              "Real-time chunking: rows of the new chunk guided at all (0 = the whole overlap); at most horizon.",
+              low=0, high=1000),
+    ParamSpec("rtc_schedule", "str", _runtime_default("rtc_schedule"),
+              "Real-time chunking: prefix weights from the delay to the horizon.", choices=SCHEDULES),
+    # ----------------------------------------------------------------------------- inputs (topics)
+    ParamSpec("camera_topics", "str[]", ["camera/image_raw"],
+              "One topic per image slot, in slot order (pi0.5: base, left wrist, right wrist); '' = no camera "
+              "(masked slot). Slots past the end of the list are masked.",
+              check=_check_topic("camera_topics", allow_empty=True)),
+    ParamSpec("camera_features", "str[]", [],
+              "Per camera_topics entry: the checkpoint image feature it feeds (LeRobot input_features name, e.g. "
+              "observation.images.top or top; openpi base_0_rgb, left_wrist_0_rgb, right_wrist_0_rgb). Empty = "
+              "camera_topics are in slot order. Slots no topic names are masked."),
+    ParamSpec("camera_compressed", "bool[]", [],
+              "Per slot: true = sensor_msgs/CompressedImage. Empty = a topic ending in '/compressed' is compressed."),
+    ParamSpec("camera_optional", "bool[]", [],
+              "Per slot: true = a missing/stale/bad image masks the slot; false (default) = no chunk without it."),
+    ParamSpec("camera_widths", "int[]", [], "Per slot expected image width in pixels (0 = any); empty = any.",
+              low=0, high=100_000),
+    ParamSpec("camera_heights", "int[]", [], "Per slot expected image height in pixels (0 = any); empty = any.",
+              low=0, high=100_000),
+    ParamSpec("joint_state_topic", "str", "joint_states", "sensor_msgs/JointState topic.",
+              check=_check_topic("joint_state_topic")),
+    ParamSpec("joint_names", "str[]", [],
+              "Joints read from joint_states (the state, in this order) and commanded by the trajectory (the first "
+              "len(joint_names) action dimensions). Empty = no state and no trajectory."),
+    ParamSpec("instruction_topic", "str", "~/instruction",
+              "std_msgs/String instruction topic (reliable, transient local: publish it latched).",
+              check=_check_topic("instruction_topic")),
+    ParamSpec("default_instruction", "str", "", "Instruction used until one arrives on instruction_topic.",
+              read_only=False),
+    ParamSpec("max_instruction_chars", "int", 2000, "Longer instructions are refused.", read_only=False,
+              low=1, high=1_000_000),
+    # ------------------------------------------------------------------------------------- timing
+    ParamSpec("control_rate_hz", "float", 5.0, "Control ticks (action chunks) per second.", read_only=False,
+              low=0.0, high=1000.0, low_open=True),
+    ParamSpec("action_step_period_s", "float", 0.0,
+              "Time between consecutive actions of a chunk; 0 = one control period.", read_only=False,
+              low=0.0, high=60.0),
+    ParamSpec("max_observation_age_s", "float", 0.5,
+              "Inputs older than this (node clock minus header stamp) are stale: no chunk from them.",
+              read_only=False, low=0.0, high=3600.0, low_open=True),
+    # ------------------------------------------------------------------------------------ outputs
+    ParamSpec("publish_trajectory", "bool", True,
+              "Also publish trajectory_msgs/JointTrajectory (needs joint_names); false = ActionChunk only.",
+              read_only=False),
+    ParamSpec("trajectory_topic", "str", DEFAULT_TRAJECTORY_TOPIC, "JointTrajectory topic of the controller.",
+              check=_check_topic("trajectory_topic")),
+    ParamSpec("publish_text", "bool", True, "Publish the text streams (~/text/<task> and ~/text/<task>/final).",
+              read_only=False),
+    ParamSpec("joint_limits_lower", "float[]", [],
+              "Lower position limit per joint_names entry (trajectory points are clamped); empty = no clamping.",
+              read_only=False),
+    ParamSpec("joint_limits_upper", "float[]", [], "Upper position limit per joint_names entry; empty = no clamping.",
+              read_only=False),
+    ParamSpec("diagnostics_period_s", "float", 1.0, "Period of the /diagnostics report.", low=0.01, high=3600.0),
+    # --------------------------------------------------------------------------- ~/ask (Ask action)
+    ParamSpec("ask_max_tokens", "int", 48, "Longest answer of the ~/ask action (a goal's max_tokens 0 = this).",
+              low=1, high=100_000),
+    ParamSpec("ask_max_goals", "int", 4, "Most ~/ask goals open at once (more are refused); 0 = refuse every question.",
+              low=0, high=32),
+)
+
+SPECS: dict[str, ParamSpec] = {p.name: p for p in PARAMS}
+RUNTIME_FIELDS = tuple(f.name for f in dataclasses.fields(RuntimeConfig) if f.name != "tasks")
+TASK_LISTS = ("task_names", "task_prompts", "task_every_n_frames", "task_max_tokens")

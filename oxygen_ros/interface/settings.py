@@ -1,0 +1,214 @@
+"""Validation of a full set of parameter values and its mapping to `NodeSettings` (the ROS side) and
+`RuntimeConfig` (the model side). No rclpy: the node and the offline tools share it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from oxygen_ros.runtime import RuntimeConfig
+from oxygen_ros.runtime.cameras import slot_names_of, slot_positions
+
+from .param_spec import ConfigError
+from .params import PARAMS, RUNTIME_FIELDS, SPECS, TASK_LISTS
+
+__all__ = [
+    "ConfigError",
+    "NodeSettings",
+    "cross_checks",
+    "default_values",
+    "model_fit_problems",
+    "node_settings",
+    "runtime_config",
+    "settings_from_values",
+    "validate_values",
+]
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    """The ROS-side settings, per image slot lists already expanded to the configured slots."""
+
+    camera_topics: tuple[str, ...]
+    camera_compressed: tuple[bool, ...]
+    camera_optional: tuple[bool, ...]
+    camera_sizes: tuple[tuple[int, int], ...]  # (width, height), 0 = any
+    joint_state_topic: str
+    joint_names: tuple[str, ...]
+    instruction_topic: str
+    default_instruction: str
+    max_instruction_chars: int
+    control_rate_hz: float
+    action_step_period_s: float
+    max_observation_age_s: float
+    publish_trajectory: bool
+    trajectory_topic: str
+    publish_text: bool
+    joint_limits_lower: tuple[float, ...]
+    joint_limits_upper: tuple[float, ...]
+    diagnostics_period_s: float
+    ask_max_tokens: int = 48
+    ask_max_goals: int = 4
+
+    @property
+    def control_period_s(self) -> float:
+        return 1.0 / self.control_rate_hz
+
+    @property
+    def step_period_s(self) -> float:
+        """Time between two actions of a chunk."""
+        return self.action_step_period_s or self.control_period_s
+
+
+def default_values() -> dict[str, Any]:
+    """Every parameter at its default."""
+    return {spec.name: spec.default for spec in PARAMS}
+
+
+def validate_values(values: Mapping[str, Any]) -> list[str]:
+    """Every problem with a set of values (missing ones take their defaults); empty list = valid."""
+    unknown = sorted(set(values) - set(SPECS))
+    if unknown:
+        return [f"unknown parameters {unknown}"]
+    values = {**default_values(), **values}
+    problems = [r for spec in PARAMS if (r := spec.validate(values[spec.name]))]
+    if problems:
+        return problems
+    problems = cross_checks(values)
+    if problems:
+        return problems
+    try:
+        runtime_config(values).validate()
+        _camera_slots(values)  # feature names the checkpoint does not have
+    except ValueError as exc:  # CheckpointError is a ValueError too
+        problems.append(str(exc))
+    return problems
+
+
+def cross_checks(v: Mapping[str, Any]) -> list[str]:
+    problems = []
+    lengths = [len(v[name]) for name in TASK_LISTS]
+    if len(set(lengths)) != 1:
+        problems.append(f"{', '.join(TASK_LISTS)} must have the same length, got {lengths}")
+    if v.get("task_stop") and len(v["task_stop"]) != lengths[0]:
+        problems.append(f"task_stop must be empty or have one entry per task ({lengths[0]}), got {len(v['task_stop'])}")
+    topics = list(v["camera_topics"])
+    if not any(topics):
+        problems.append("camera_topics must name at least one camera ('' entries are masked slots)")
+    for name in ("camera_compressed", "camera_optional", "camera_widths", "camera_heights"):
+        if v[name] and len(v[name]) != len(topics):
+            problems.append(f"{name} must be empty or have one entry per camera_topics entry ({len(topics)}), "
+                            f"got {len(v[name])}")
+    joints = list(v["joint_names"])
+    if len(set(joints)) != len(joints) or any(not j for j in joints):
+        problems.append(f"joint_names must be unique and non-empty, got {joints}")
+    lower, upper = list(v["joint_limits_lower"]), list(v["joint_limits_upper"])
+    if bool(lower) != bool(upper):
+        problems.append("joint_limits_lower and joint_limits_upper must be given together")
+    elif lower and not (len(lower) == len(upper) == len(joints)):
+        problems.append(f"joint_limits_lower/upper need one entry per joint name ({len(joints)}), "
+                        f"got {len(lower)} and {len(upper)}")
+    elif lower:
+        crossed = [j for j, lo, hi in zip(joints, lower, upper) if lo > hi]
+        if crossed:
+            problems.append(f"joint_limits_lower > joint_limits_upper for joints {crossed}")
+    if v["prompt_format"] == "pi05_state" and not joints:
+        problems.append("prompt_format 'pi05_state' puts the joint state in the prompt: set joint_names")
+    features = list(v.get("camera_features") or [])
+    if features and len(features) != len(topics):
+        problems.append(f"camera_features must be empty or name one feature per camera_topics entry ({len(topics)}), "
+                        f"got {len(features)}")
+    return problems
+
+
+def _camera_slots(v: Mapping[str, Any]) -> tuple[tuple[str, ...], list[int]] | None:
+    """(slot names, slot of each camera_topics entry) when cameras are given by feature name, else None."""
+    features = list(v.get("camera_features") or [])
+    if not features:
+        return None
+    names = slot_names_of(runtime_config(v))
+    return names, slot_positions(names, features)
+
+
+def runtime_config(values: Mapping[str, Any]) -> RuntimeConfig:
+    """The model-side configuration (not validated: call `.validate()` or `validate_values`)."""
+    fields = {name: values[name] for name in RUNTIME_FIELDS if name in values}
+    if "kv_budget_mb" in fields:
+        fields["kv_budget_mb"] = float(fields["kv_budget_mb"])
+    tasks = RuntimeConfig.tasks_from_lists(*(list(values[name]) for name in TASK_LISTS), list(values.get("task_stop") or []))
+    return RuntimeConfig(tasks=tasks, **fields)
+
+
+def settings_from_values(values: Mapping[str, Any]) -> tuple[NodeSettings, RuntimeConfig]:
+    """Validate a full set of values and split it into the node's and the runtime's settings.
+
+    Raises ConfigError listing every problem.
+    """
+    problems = validate_values(values)
+    if problems:
+        raise ConfigError("invalid parameters: " + "; ".join(problems))
+    values = {**default_values(), **values}
+    return node_settings(values), runtime_config(values)
+
+
+def model_fit_problems(
+    settings: NodeSettings, num_image_slots: int, action_dim: int, state_dim: int | None, needs_state: bool = False
+) -> list[str]:
+    """What in the ROS-side settings does not fit the loaded model (empty when all fits).
+
+    ``needs_state``: the resolved prompt format or delta actions read the joint state.
+    """
+    problems = []
+    if len(settings.camera_topics) > num_image_slots:
+        problems.append(f"camera_topics has {len(settings.camera_topics)} entries but the model has {num_image_slots} image slots")
+    joints = len(settings.joint_names)
+    if joints > action_dim:
+        problems.append(f"joint_names has {joints} joints but the model's actions have {action_dim} dimensions")
+    if joints and state_dim is not None and joints > state_dim:  # narrower states use the statistics' leading entries
+        problems.append(f"joint_names has {joints} joints but the norm stats describe a state of only {state_dim}")
+    if needs_state and not joints:
+        problems.append("the checkpoint's prompt format (pi05_state) or its delta actions need the joint state: set joint_names")
+    return problems
+
+
+def node_settings(v: Mapping[str, Any]) -> NodeSettings:
+    """The ROS-side settings of already validated values (cameras given by feature name put in slot order)."""
+    topics = tuple(v["camera_topics"])
+    n = len(topics)
+    compressed = tuple(v["camera_compressed"]) or tuple(t.endswith("/compressed") for t in topics)
+    optional = tuple(v["camera_optional"]) or (False,) * n
+    widths = tuple(v["camera_widths"]) or (0,) * n
+    heights = tuple(v["camera_heights"]) or (0,) * n
+    slots = _camera_slots(v)
+    if slots is not None:
+        names, positions = slots
+        order = {slot: i for i, slot in enumerate(positions)}  # slot -> camera_topics index
+
+        def arrange(values: tuple[Any, ...], empty: Any) -> tuple[Any, ...]:
+            return tuple(values[order[s]] if s in order else empty for s in range(len(names)))
+
+        topics, compressed, optional = arrange(topics, ""), arrange(compressed, False), arrange(optional, True)
+        widths, heights = arrange(widths, 0), arrange(heights, 0)
+    return NodeSettings(
+        camera_topics=topics,
+        camera_compressed=tuple(bool(c) for c in compressed),
+        camera_optional=tuple(bool(o) for o in optional),
+        camera_sizes=tuple((int(w), int(h)) for w, h in zip(widths, heights)),
+        joint_state_topic=v["joint_state_topic"],
+        joint_names=tuple(v["joint_names"]),
+        instruction_topic=v["instruction_topic"],
+        default_instruction=v["default_instruction"],
+        max_instruction_chars=int(v["max_instruction_chars"]),
+        control_rate_hz=float(v["control_rate_hz"]),
+        action_step_period_s=float(v["action_step_period_s"]),
+        max_observation_age_s=float(v["max_observation_age_s"]),
+        publish_trajectory=bool(v["publish_trajectory"]),
+        trajectory_topic=v["trajectory_topic"],
+        publish_text=bool(v["publish_text"]),
+        joint_limits_lower=tuple(float(x) for x in v["joint_limits_lower"]),
+        joint_limits_upper=tuple(float(x) for x in v["joint_limits_upper"]),
+        diagnostics_period_s=float(v["diagnostics_period_s"]),
+        ask_max_tokens=int(v["ask_max_tokens"]),
+        ask_max_goals=int(v["ask_max_goals"]),
+    )
