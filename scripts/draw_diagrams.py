@@ -18,6 +18,7 @@ Both write PNGs into docs/images/ (``--out`` to change) and print where.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -51,6 +52,11 @@ class NodeGraph:
     source: str = ""  # the parameter file the node ran with
 
 
+def graph_record(graph: NodeGraph) -> dict:
+    """What the picture shows, as JSON: test_diagrams compares it with a fresh run of the node."""
+    return dataclasses.asdict(graph)
+
+
 def _short_type(t: str) -> str:
     return t.replace("/msg/", "/").replace("/action/", "/")
 
@@ -74,15 +80,16 @@ def introspect_node(params_file: Path, timeout_s: float = 120.0) -> NodeGraph:
     node_cmd = [sys.executable, "-c", "from oxygen_ros.ros.main import main; main()", "--lifecycle", "--autostart",
                 "--params-file", str(params_file)]  # fmt: skip
     proc = subprocess.Popen(node_cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    rclpy.init()
-    probe = rclpy.create_node("oxygen_diagram_probe")
+    context = rclpy.Context()  # its own context: callers (tests) may hold the default one
+    rclpy.init(context=context)
+    probe = rclpy.create_node("oxygen_diagram_probe", context=context)
     try:
         deadline = time.monotonic() + timeout_s
         previous, stable_since = None, time.monotonic()
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"oxygen_node exited with code {proc.returncode}: {proc.stderr.read()[-2000:]}")
-            rclpy.spin_once(probe, timeout_sec=0.2)
+            time.sleep(0.2)
             graph = _read_graph(probe, get_action_server_names_and_types_by_node)
             snapshot = (len(graph.subscriptions), len(graph.publishers), len(graph.actions))
             if snapshot != previous:
@@ -95,7 +102,7 @@ def introspect_node(params_file: Path, timeout_s: float = 120.0) -> NodeGraph:
                 raise RuntimeError(f"oxygen_node did not become active within {timeout_s:.0f} s")
     finally:
         probe.destroy_node()
-        rclpy.shutdown()
+        rclpy.shutdown(context=context)
         proc.terminate()
         try:
             proc.wait(timeout=20)
@@ -293,7 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if "topics" in args.which:
         graph = introspect_node(args.params_file)
-        print(f"wrote {draw_topic_graph(graph, args.out / 'topic_graph.png')}")
+        record = args.out / "topic_graph.json"
+        record.write_text(json.dumps(graph_record(graph), indent=1) + "\n")
+        print(f"wrote {draw_topic_graph(graph, args.out / 'topic_graph.png')} and {record}")
     if "timeline" in args.which:
         with tempfile.TemporaryDirectory() as tmp:
             ticks, summary = record_trace(Path(tmp), args.timeline_params_file, args.duration, args.param)
