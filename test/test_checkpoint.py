@@ -458,12 +458,22 @@ def test_all_problems_in_one_error(tmp_path: Path, tiny: Pi05Model) -> None:
     assert "action_out_proj.bias is (3,), the model needs (8,)" in message
 
 
-def test_tied_lm_head_that_differs(tmp_path: Path, tiny: Pi05Model) -> None:
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_lm_head_that_differs_from_the_embedding_is_kept_apart(tmp_path: Path, tiny: Pi05Model, layout: str) -> None:
+    """Loaded as stored: the embedding for the prompt, the lm_head for text; saving keeps both."""
     directory = saved(tmp_path, tiny)
     embed = PG + "model.language_model.embed_tokens.weight"
     rewrite(directory, lambda t: t.__setitem__(embed, t[PG + "lm_head.weight"] + 1))
-    message = error_of(directory)
-    assert f"{PG}lm_head.weight is tied to the embedding {embed} but differs from it" in message
+    loaded = load_checkpoint(directory)
+    assert loaded.untied_text_head and loaded.model.lm_head is not None
+    torch.testing.assert_close(loaded.model.embed_tokens.weight, tiny.embed_tokens.weight + 1, rtol=0, atol=0)
+    hidden = torch.randn(3, TINY.backbone.width)
+    torch.testing.assert_close(loaded.model.lm_logits(hidden), hidden @ tiny.embed_tokens.weight.T)
+    again = load_checkpoint(saved(tmp_path, loaded.model, layout, "again"))
+    assert again.untied_text_head
+    assert_same(run(loaded.model), run(again.model))
+    torch.testing.assert_close(again.model.lm_logits(hidden), loaded.model.lm_logits(hidden), rtol=0, atol=0)
+    assert not load_checkpoint(saved(tmp_path, tiny, layout, "tied")).untied_text_head
 
 
 def test_pi0_checkpoint_is_named(tmp_path: Path, tiny: Pi05Model) -> None:
@@ -485,7 +495,7 @@ def test_weights_of_another_layout_get_a_hint(tmp_path: Path, tiny: Pi05Model) -
         ("{not json", "config.json: invalid JSON"),
         ("[1, 2]", "config.json: expected a JSON object, got list"),
         ('{"hello": 1}', "cannot tell the checkpoint layout"),
-        ('{"paligemma_variant": "gemma_7b"}', "unknown paligemma_variant 'gemma_7b'"),
+        ('{"paligemma_variant": 7}', "paligemma_variant must be a string, got 7"),
         ('{"action_horizon": "ten"}', "action_horizon must be a positive integer, got 'ten'"),
         ('{"type": "pi0"}', "LeRobot policy type 'pi0' is not supported"),
         ('{"type": "pi05", "use_visual_memory": true}', "use_visual_memory=true (LeRobot MEM) is not supported"),
@@ -525,3 +535,31 @@ def test_bad_arguments(tmp_path: Path, tiny: Pi05Model) -> None:
         save_checkpoint(tiny, tmp_path / "x", "jax")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="asset_id"):
         save_checkpoint(tiny, tmp_path / "y", norm_stats={}, asset_id="../up")
+
+
+@pytest.mark.parametrize("with_sidecar", [False, True], ids=["tensors", "sidecar"])
+def test_unknown_variant_takes_its_sizes_from_the_tensors_or_the_sidecar(tmp_path: Path, with_sidecar: bool) -> None:
+    """A fine-tune naming its own Gemma variant: the sizes come from the stored shapes (or the sidecar)."""
+    model = random_model(CUSTOM)
+    directory = saved(tmp_path, model, "openpi")
+    config = json.loads((directory / "config.json").read_text())
+    config.update(paligemma_variant="gemma_custom_lora", action_expert_variant="gemma_tiny_expert")
+    (directory / "config.json").write_text(json.dumps(config))
+    sidecar = json.loads((directory / "oxygen_config.json").read_text())
+    stacks = {k: sidecar.pop(k) for k in ("backbone", "expert")}
+    if with_sidecar:  # the sidecar may state them as well; it is read after the tensors
+        sidecar.update(stacks)
+    (directory / "oxygen_config.json").write_text(json.dumps(sidecar))
+    loaded = load_checkpoint(directory)
+    assert loaded.config == CUSTOM
+    assert_same(run(model), run(loaded.model))
+
+
+def test_unknown_variant_without_layers_is_refused_with_the_sidecar_named(tmp_path: Path, tiny: Pi05Model) -> None:
+    directory = saved(tmp_path, tiny)
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**config, "action_expert_variant": "gemma_mine"}))
+    rewrite(directory, lambda t: [t.pop(k) for k in list(t) if k.startswith(EX + "model.layers.")])
+    message = error_of(directory)
+    assert "names a variant the package does not know" in message and "oxygen_config.json" in message
+    assert "no expert layers" in message

@@ -258,3 +258,19 @@ def test_folded_attention_equals_the_fused_kernel(kv_heads: int) -> None:
     torch.testing.assert_close(attend(q, k, v, mask), ref.transpose(1, 2).reshape(b, s, h * d), rtol=1e-5, atol=1e-6)
     full = attend(q, k, v, torch.ones(b, s, t, dtype=torch.bool))
     torch.testing.assert_close(attend_two_parts(q, k[:, :7], v[:, :7], k[:, 7:], v[:, 7:]), full, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("steps", [3, 10, 7])
+def test_flow_times_advance_as_openpi_does(steps: int) -> None:
+    """openpi ``sample_actions``: ``time = 1.0`` (float32), then ``time += dt`` with ``dt = -1 / steps`` in float32
+    after every step, while ``time >= -dt / 2``."""
+    dt = torch.tensor(-1.0 / steps, dtype=torch.float32)
+    time, expected = torch.tensor(1.0, dtype=torch.float32), []
+    while time >= -dt / 2:
+        expected.append(time.item())
+        time = time + dt
+    model = Pi05Model(TINY)
+    schedule = model.denoise_schedule(prefix_length=4, horizon=TINY.action_horizon, num_steps=steps)
+    assert schedule.times == expected and len(expected) == steps
+    closed_form = (1.0 + (-1.0 / steps) * torch.arange(steps, dtype=torch.float32)).tolist()
+    assert closed_form != expected  # ``1 + dt·k`` rounds differently: the test can tell

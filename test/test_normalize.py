@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from oxygen_ros.model.normalize import (
     NormStats,
@@ -52,7 +53,7 @@ def test_quantile_normalize_state(normalizer: Normalizer) -> None:
     # 2 * (x - q01) / (q99 - q01 + 1e-6) - 1, written out per dimension.
     expected = [2 * 1.5 / (2 + 1e-6) - 1, 2 * 2.5 / (10 + 1e-6) - 1, 2 * 2.0 / (2 + 1e-6) - 1]
     out = normalizer.normalize_state(x)
-    assert out.dtype == np.float32
+    assert out.dtype == np.float64  # openpi normalizes (and digitizes) the float64 state
     np.testing.assert_allclose(out, expected, rtol=1e-6)
     # Batched input keeps its leading dims.
     assert normalizer.normalize_state(np.stack([x, x])).shape == (2, 3)
@@ -172,3 +173,68 @@ def test_find_norm_stats(tmp_path: Path) -> None:
 def test_normstats_dataclass_direct() -> None:
     s = NormStats.from_dict({"mean": [1, 2], "std": [1, 1]})
     assert s.q01 is None and s.dim == 2 and s.to_dict() == {"mean": [1.0, 2.0], "std": [1.0, 1.0]}
+
+
+# ---------------------------------------------------------------------------------- bins at their edges
+EDGES = np.linspace(-1, 1, 256 + 1)[:-1]  # openpi PaligemmaTokenizer / LeRobot Pi05PrepareStateTokenizer
+
+
+def reference_bins(normalized: np.ndarray) -> np.ndarray:
+    return np.digitize(normalized, bins=EDGES) - 1
+
+
+def edge_states(q01: np.ndarray, span: np.ndarray, dtype: type, ulps: int = 3) -> np.ndarray:
+    """For every bin edge and dimension, the raw states that normalize onto and around it: the float64 preimage
+    of the edge and its neighbours ``ulps`` representable values either side in ``dtype``."""
+    exact = q01[None, :] + (EDGES[:, None] + 1.0) / 2.0 * span[None, :]  # [256, D]
+    rows = []
+    for k in range(-ulps, ulps + 1):
+        x = exact.astype(dtype)
+        step = np.inf if k > 0 else -np.inf
+        for _ in range(abs(k)):
+            x = np.nextafter(x, step).astype(dtype)
+        rows.append(x)
+    return np.concatenate(rows)
+
+
+def test_lerobot_state_bins_match_lerobot_at_every_edge() -> None:
+    """LeRobot: NormalizerProcessorStep on float32 tensors (``2.0 * (x - q01) / denom - 1.0``), then
+    ``np.digitize`` of that float32 array."""
+    rng = np.random.default_rng(0)
+    q01 = rng.uniform(-3, 0, 8).astype(np.float32).astype(np.float64)  # LeRobot stores float32 statistics
+    q99 = (q01 + rng.uniform(0.5, 4, 8)).astype(np.float32).astype(np.float64)
+    q99[7] = q01[7]  # a constant dimension: LeRobot's eps replaces the zero range
+    stats = {"q01": q01, "q99": q99, "mean": q01, "std": q99 - q01}
+    norm = Normalizer(parse_norm_stats({"state": stats, "actions": stats}), formula="lerobot", eps=1e-8)
+    states = edge_states(q01, q99 - q01, np.float32)
+
+    t = torch.as_tensor(states, dtype=torch.float32)
+    lo, hi = torch.as_tensor(q01, dtype=torch.float32), torch.as_tensor(q99, dtype=torch.float32)
+    denom = hi - lo
+    denom = torch.where(denom == 0, torch.tensor(1e-8, dtype=torch.float32), denom)
+    expected = reference_bins((2.0 * (t - lo) / denom - 1.0).numpy())
+
+    ours = norm.normalize_state(states)
+    assert ours.dtype == np.float32
+    got = np.stack([discretize_state(row) for row in ours])
+    assert np.array_equal(got, expected)
+    # The search reaches states where float64 arithmetic would pick another bin (so it can tell).
+    in_float64 = reference_bins(2.0 * (states.astype(np.float64) - q01) / np.where(q99 == q01, 1e-8, q99 - q01) - 1.0)
+    assert (in_float64 != expected).sum() > 10
+
+
+def test_openpi_state_bins_match_openpi_at_every_edge() -> None:
+    """openpi: ``Normalize`` on the float64 state (``(x - q01) / (q99 - q01 + 1e-6) * 2.0 - 1.0``), then
+    ``np.digitize`` of the float64 result: no float32 rounding in between."""
+    rng = np.random.default_rng(1)
+    q01 = rng.uniform(-3, 0, 8)
+    q99 = q01 + rng.uniform(0.5, 4, 8)
+    stats = {"q01": q01, "q99": q99, "mean": q01, "std": q99 - q01}
+    norm = Normalizer(parse_norm_stats({"state": stats, "actions": stats}), formula="openpi")
+    states = edge_states(q01, q99 - q01 + 1e-6, np.float64)
+
+    expected = reference_bins((states - q01) / (q99 - q01 + 1e-6) * 2.0 - 1.0)
+    got = np.stack([discretize_state(row) for row in norm.normalize_state(states)])
+    assert np.array_equal(got, expected)
+    rounded = reference_bins(((states - q01) / (q99 - q01 + 1e-6) * 2.0 - 1.0).astype(np.float32))
+    assert (rounded != expected).sum() > 10

@@ -10,6 +10,7 @@ input of both sides: the model math is checked against the references elsewhere 
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from PIL import Image
+from safetensors.torch import load_file, save_file
 
 from layouts import (
     REF_TINY, lerobot_folder, openpi_converted, openpi_norm_stats, openpi_training, random_model, stats_arrays, write_assets,
@@ -188,6 +190,7 @@ def test_lerobot_relative_actions(env: SimpleNamespace) -> None:
     mask = np.array([True] * 6 + [False])  # RelativeActionsProcessorStep._build_mask
     expected = absolute + np.where(mask, ROBOT_STATE[:ACTION_DIM], 0.0)  # to_absolute_actions
     np.testing.assert_allclose(result.actions, expected, rtol=0, atol=2e-5)
+    assert "delta actions on dims [0..5] of 7" in rt.describe()  # the dims that exist, not a 32-wide mask
 
 
 def test_lerobot_camera_feature_names_and_order(env: SimpleNamespace, tmp_path: Path) -> None:
@@ -327,6 +330,23 @@ def test_hugging_face_tokenizer_folder_gives_the_same_prompt(env: SimpleNamespac
     assert ids == env.sp.encode(text, add_bos=True)
     assert ids[1:] == reference(text, add_special_tokens=False)["input_ids"]
     assert rt.tokenizer.decode(ids) == env.sp.decode(ids) == reference.decode(ids, skip_special_tokens=True) == text
+
+
+def test_tokenizer_saved_in_the_checkpoint_is_used(env: SimpleNamespace, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """LeRobot's TokenizerProcessorStep saves the tokenizer into ``<checkpoint>/tokenizer/``; no parameter needed."""
+    from transformers import GemmaTokenizer
+
+    folder = lerobot_folder(tmp_path / "with_tok", env.model, env.state, env.action)
+    hf = GemmaTokenizer.from_pretrained(env.tok.parent, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>")
+    hf.save_pretrained(folder / "tokenizer")
+    with caplog.at_level(logging.INFO):
+        rt = runtime(env, folder, tokenizer="")
+    assert "saved with the checkpoint" in caplog.text
+    frame = rt.make_frame([camera()], ROBOT_STATE, "put the cup in the sink", stamp_ns=1)
+    text = state_prompt("put the cup in the sink", lerobot_quantile(ROBOT_STATE, env.state, inverse=False))
+    assert frame.prompt_tokens.tolist() == env.sp.encode(text, add_bos=True)
+    with pytest.raises(RuntimeLoadError, match="has none in its tokenizer/ folder"):
+        runtime(env, lerobot_folder(tmp_path / "without", env.model, env.state, env.action), tokenizer="")
 
 
 def test_long_prompts_are_truncated_with_a_counter(env: SimpleNamespace, lerobot: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -494,3 +514,37 @@ def test_first_chunk_end_to_end_from_reference_inputs(env: SimpleNamespace, tmp_
     expected = norm(raw[:, :ACTION_DIM], True)
     np.testing.assert_allclose(result.actions, expected, rtol=0, atol=1e-4)
     assert np.abs(result.actions - norm(raw[:, :ACTION_DIM] + 1e-3, True)).max() > 1e-3  # the tolerance can tell
+
+
+def test_lerobot_fine_tune_with_untied_lm_head(env: SimpleNamespace, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A LeRobot fine-tune stores the trained embedding and the untouched lm_head as two tensors. LeRobot embeds
+    the prompt with the stored embedding; the text head is the stored lm_head. Only the embedding is perturbed."""
+    folder = lerobot_folder(tmp_path / "ft", env.model, env.state, env.action)
+    pg = "model.paligemma_with_expert.paligemma."
+    tensors = load_file(str(folder / "model.safetensors"))
+    head = tensors[pg + "lm_head.weight"]
+    trained = head + 0.05 * torch.randn(head.shape, generator=torch.Generator().manual_seed(3))
+    tensors[pg + "model.language_model.embed_tokens.weight"] = trained
+    save_file(tensors, str(folder / "model.safetensors"))
+    with caplog.at_level(logging.INFO):
+        rt = runtime(env, folder, seed=0)
+    assert "prompts embed with the stored embedding" in caplog.text and "untied text head" in rt.describe()
+    torch.testing.assert_close(rt.model.embed_tokens.weight, trained, rtol=0, atol=0)
+    hidden = torch.randn(4, REF_TINY.backbone.width, generator=torch.Generator().manual_seed(4))
+    torch.testing.assert_close(rt.model.lm_logits(hidden), hidden @ head.T)
+    # The chunk with LeRobot's formulas, from a reference model carrying the fine-tuned embedding.
+    reference = copy.deepcopy(env.model)
+    reference.embed_tokens.weight.copy_(trained)
+    images = [camera(60, 80, 7), camera(50, 50, 8), None]
+    result = rt.step(rt.make_frame(images, ROBOT_STATE, "open the drawer", stamp_ns=1))
+    size = REF_TINY.vision.image_size
+    pixels = torch.stack([lerobot_pixels(im, size) if im is not None else torch.full((3, size, size), -1.0) for im in images])
+    mask = torch.tensor([im is not None for im in images])
+    norm = lerobot_quantile(ROBOT_STATE, env.state, inverse=False)
+    tokens = torch.tensor(env.sp.encode(state_prompt("open the drawer", norm), add_bos=True))
+    noise = torch.randn(H, REF_TINY.action_dim, generator=torch.Generator().manual_seed(0))
+    raw = reference.sample_actions_uncached(pixels, mask, tokens, noise).numpy().astype(np.float64)
+    expected = lerobot_quantile(raw[:, :ACTION_DIM], env.action, inverse=True)
+    np.testing.assert_allclose(result.actions, expected, rtol=0, atol=1e-4)
+    tied = env.model.sample_actions_uncached(pixels, mask, tokens, noise).numpy().astype(np.float64)
+    assert np.abs(result.actions - lerobot_quantile(tied[:, :ACTION_DIM], env.action, inverse=True)).max() > 1e-3

@@ -33,8 +33,10 @@ from .tensor_stream import TensorFileError, TensorReader
 from .key_maps import (
     EXPERT_LM_HEAD,
     LAYOUTS,
+    NATIVE_LM_HEAD,
     PI0_MARKERS,
     TIED_LM_HEAD,
+    VARIANT_FIELDS,
     Layout,
     config_diff,
     config_from_lerobot,
@@ -45,7 +47,9 @@ from .key_maps import (
     openpi_config_json,
     to_external,
     to_native,
+    unknown_variants,
 )
+from .shapes import sizes_from_tensors
 from .precision import ISLAND_STYLES, IslandStyle, param_dtype
 from .vla import Pi05Model
 
@@ -83,6 +87,7 @@ class LoadedCheckpoint:
     ignored_keys: tuple[str, ...] = ()  # stored tensors pi0.5 never reads (e.g. the expert's lm_head)
     info: CheckpointInfo | None = None  # statistics, chunk length, n_action_steps, prompt format, cameras, ...
     islands: IslandStyle = "none"  # the float32 islands the reduced-precision model keeps
+    untied_text_head: bool = False  # lm_head stored apart from the embedding (and loaded as stored)
 
 
 # ------------------------------------------------------------------------------------------------ config
@@ -180,15 +185,20 @@ def _read_config(
         data = raw = _read_config_json(directory)
         layout = _layout_of(data, path)
     sources = [path.name if raw is not None else "declared parameters"]
+    unknown = unknown_variants(data) if layout != "oxygen" else []
     try:
         if layout == "oxygen":  # the model config plus the policy facts it records (read by checkpoint_info)
             merged, precision = {k: v for k, v in data.items() if k not in OXYGEN_POLICY_KEYS}, None
         elif layout == "openpi":
-            merged, precision = config_from_openpi(data), data.get("precision")
+            merged, precision = config_from_openpi(data, unknown_ok=True), data.get("precision")
         else:
-            merged, precision = config_from_lerobot(data), data.get("dtype")
+            merged, precision = config_from_lerobot(data, unknown_ok=True), data.get("dtype")
     except ValueError as exc:
         raise CheckpointError(f"{path if raw is not None else directory}: {exc}") from None
+    if unknown:  # a fine-tune's own variant: its sizes are in its tensors (the sidecar may still refine them)
+        merged = merge_config(merged, _sizes_from_weights(directory, layout, unknown))
+        sources.append(f"tensor shapes ({' and '.join(VARIANT_FIELDS[u] + ' ' + repr(data.get(VARIANT_FIELDS[u])) for u in unknown)})")
+        log.info("%s: unknown variant names; sizes of the %s read from the stored tensors", path, " and ".join(unknown))
     sidecar = directory / SIDECAR_FILE
     if layout != "oxygen" and sidecar.exists():
         extra = _read_json(sidecar)
@@ -204,6 +214,25 @@ def _read_config(
     except (ValueError, TypeError) as exc:
         raise CheckpointError(f"{directory}: invalid model config (from {' + '.join(sources)}): {exc}") from None
     return config, layout, precision if isinstance(precision, str) else None, raw
+
+
+def _sizes_from_weights(directory: Path, layout: Layout, stacks: list[str]) -> dict[str, Any]:
+    """``{stack: sizes}`` read from the stored tensor shapes (see ``shapes``)."""
+
+    def native(key: str) -> str | None:
+        match = to_native(key, layout)
+        return match.native if match.kind == "param" else None
+
+    with contextlib.ExitStack() as stack:
+        files = _WeightFiles(directory, stack)
+        try:
+            return sizes_from_tensors(files.keys(), files.shape, native, stacks)
+        except ValueError as exc:
+            raise CheckpointError(
+                f"{files.label}: config.json names a variant the package does not know, and its sizes cannot be read "
+                f"from the tensors: {exc}; describe them in {SIDECAR_FILE} (backbone/expert: width, depth, mlp_dim, "
+                "num_heads, num_kv_heads, head_dim)"
+            ) from None
 
 
 # ----------------------------------------------------------------------------------------------- weights
@@ -366,19 +395,23 @@ def _hints(keys: list[str], matched: dict[str, str], layout: Layout) -> list[str
 
 def _load_tensors(
     files: _WeightFiles, plan: _Plan, dtype: torch.dtype, device: torch.device, islands: IslandStyle = "none"
-) -> dict[str, torch.Tensor]:
+) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
     """Each tensor read once, straight from the file into its final memory in its dtype (``dtype``, or float32
-    for an island of ``islands``): never a second copy of the weights, even transiently."""
+    for an island of ``islands``): never a second copy of the weights, even transiently.
+
+    Returns the state and, when the LM head is stored apart from the embedding and differs from it, the LM
+    head. LeRobot's PaliGemma keeps the two as separate parameters, so a fine-tune stores two different
+    tensors (the embedding trained, the head not); both are kept as stored, as LeRobot loads them.
+    """
     state = {native: files.load(key, param_dtype(native, dtype, islands), device) for native, key in plan.sources.items()}
-    if plan.tied is not None:
-        if _EMBED in state:  # stored under both names: they must be the same tensor
-            if not files.equals(plan.tied, state[_EMBED]):
-                raise CheckpointError(
-                    f"{files.label}: {plan.tied} is tied to the embedding {plan.sources[_EMBED]} but differs from it"
-                )
-        else:
-            state[_EMBED] = files.load(plan.tied, param_dtype(_EMBED, dtype, islands), device)
-    return state
+    if plan.tied is None:
+        return state, None
+    if _EMBED not in state:
+        state[_EMBED] = files.load(plan.tied, param_dtype(_EMBED, dtype, islands), device)
+        return state, None
+    if files.equals(plan.tied, state[_EMBED]):
+        return state, None
+    return state, files.load(plan.tied, param_dtype(NATIVE_LM_HEAD, dtype, islands), device)
 
 
 def _check_no_meta_buffers(model: Pi05Model) -> None:
@@ -439,8 +472,14 @@ def load_checkpoint(
     with contextlib.ExitStack() as stack:
         files = _WeightFiles(directory, stack)
         plan = _plan(files, layout, expected, config)
-        state = _load_tensors(files, plan, dtype, device, islands)
+        state, lm_head = _load_tensors(files, plan, dtype, device, islands)
     model.load_state_dict(state, strict=True, assign=True)
+    if lm_head is not None:
+        model.untie_text_head(lm_head)
+        log.info(
+            "%s: %s differs from the embedding %s: prompts embed with the stored embedding, text decodes "
+            "through the stored lm_head (as LeRobot loads a fine-tune)", files.label, plan.tied, plan.sources[_EMBED]
+        )
     _check_no_meta_buffers(model)
     model.eval().requires_grad_(False)
     if plan.ignored:
@@ -465,6 +504,7 @@ def load_checkpoint(
         ignored_keys=tuple(plan.ignored),
         info=info,
         islands=islands if dtype != torch.float32 else "none",
+        untied_text_head=lm_head is not None,
     )
 
 
@@ -497,9 +537,13 @@ def _external_state(model: Pi05Model, layout: Layout) -> dict[str, torch.Tensor]
         return state
     prefix = "model." if layout == "lerobot" else ""
     out: dict[str, torch.Tensor] = {}
+    untied = NATIVE_LM_HEAD in state
     for name, tensor in state.items():
         # Like safetensors.save_model on the real models: the tied embedding is stored as the LM head.
-        out[prefix + TIED_LM_HEAD if name == _EMBED else to_external(name, layout)] = tensor
+        if name == NATIVE_LM_HEAD or (name == _EMBED and not untied):
+            out[prefix + TIED_LM_HEAD] = tensor
+        else:
+            out[to_external(name, layout)] = tensor
     # The real models have an (unused) expert LM head; openpi and LeRobot load strictly and expect it.
     cfg = model.config
     out[prefix + EXPERT_LM_HEAD] = torch.zeros(cfg.vocab_size, cfg.expert.width, dtype=model.dtype)

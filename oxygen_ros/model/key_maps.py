@@ -30,6 +30,8 @@ _EX = "paligemma_with_expert.gemma_expert."
 
 # The PaliGemma embedding as tied LM head (external name, openpi spelling).
 TIED_LM_HEAD = _PG + "lm_head.weight"
+# Our name for a text head stored apart from the embedding (``Pi05Model.untie_text_head``).
+NATIVE_LM_HEAD = "lm_head.weight"
 # Present in real files, never read by pi0.5: the expert's LM head (tied to an embedding it does not have).
 EXPERT_LM_HEAD = _EX + "lm_head.weight"
 
@@ -113,7 +115,7 @@ class KeyMatch:
 def to_native(key: str, layout: Layout) -> KeyMatch:
     """A checkpoint key in ``layout`` → what it is for us (a parameter, the tied LM head, ignored, unknown)."""
     if layout == "oxygen":
-        return KeyMatch("param", key)
+        return KeyMatch("tied_lm_head", "embed_tokens.weight") if key == NATIVE_LM_HEAD else KeyMatch("param", key)
     name = key
     if layout == "lerobot" and name.startswith("model."):  # LeRobot itself accepts keys without the prefix
         name = name[len("model.") :]
@@ -183,12 +185,30 @@ OPENPI_CAMERAS = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
 LEROBOT_IMAGE_PREFIX = "observation.images."
 
 
-def _variant(name: Any, field: str) -> dict[str, Any]:
+VARIANT_FIELDS = {"backbone": "paligemma_variant", "expert": "action_expert_variant"}
+_DEFAULT_VARIANTS = {"backbone": "gemma_2b", "expert": "gemma_300m"}
+
+
+def unknown_variants(data: dict[str, Any]) -> list[str]:
+    """The sections ("backbone", "expert") whose variant name in a real config.json the package does not know."""
+    out = []
+    for section, field in VARIANT_FIELDS.items():
+        name = data.get(field, _DEFAULT_VARIANTS[section])
+        if isinstance(name, str) and name.removesuffix("_lora") not in VARIANTS:
+            out.append(section)
+    return out
+
+
+def _variant(data: dict[str, Any], section: str, unknown_ok: bool) -> dict[str, Any]:
+    field = VARIANT_FIELDS[section]
+    name = data.get(field, _DEFAULT_VARIANTS[section])
     if not isinstance(name, str):
         raise ValueError(f"{field} must be a string, got {name!r}")
     base = name.removesuffix("_lora")
     if base not in VARIANTS:
-        raise ValueError(f"unknown {field} {name!r}; known: {sorted(VARIANTS)}")
+        if not unknown_ok:
+            raise ValueError(f"unknown {field} {name!r}; known: {sorted(VARIANTS)}")
+        base = _DEFAULT_VARIANTS[section]  # a placeholder: the caller takes the sizes from the tensors
     return asdict(VARIANTS[base])
 
 
@@ -213,11 +233,11 @@ def _pi05_defaults() -> dict[str, Any]:
     return out
 
 
-def config_from_openpi(data: dict[str, Any]) -> dict[str, Any]:
+def config_from_openpi(data: dict[str, Any], unknown_ok: bool = False) -> dict[str, Any]:
     """openpi ``config.json`` → a full ``ModelConfig.from_dict`` mapping."""
     out = _pi05_defaults()
-    out["backbone"] = _variant(data.get("paligemma_variant", "gemma_2b"), "paligemma_variant")
-    out["expert"] = _variant(data.get("action_expert_variant", "gemma_300m"), "action_expert_variant")
+    out["backbone"] = _variant(data, "backbone", unknown_ok)
+    out["expert"] = _variant(data, "expert", unknown_ok)
     for ours, theirs in (("action_dim", "action_dim"), ("action_horizon", "action_horizon")):
         if theirs in data:
             out[ours] = _positive_int(data, theirs)
@@ -226,7 +246,7 @@ def config_from_openpi(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def config_from_lerobot(data: dict[str, Any]) -> dict[str, Any]:
+def config_from_lerobot(data: dict[str, Any], unknown_ok: bool = False) -> dict[str, Any]:
     """LeRobot ``PI05Config`` JSON → a full ``ModelConfig.from_dict`` mapping."""
     if data.get("type") != "pi05":
         raise ValueError(f"LeRobot policy type {data.get('type')!r} is not supported (only 'pi05')")
@@ -234,8 +254,8 @@ def config_from_lerobot(data: dict[str, Any]) -> dict[str, Any]:
         if data.get(flag):
             raise ValueError(f"{flag}=true (LeRobot MEM) is not supported")
     out = _pi05_defaults()
-    out["backbone"] = _variant(data.get("paligemma_variant", "gemma_2b"), "paligemma_variant")
-    out["expert"] = _variant(data.get("action_expert_variant", "gemma_300m"), "action_expert_variant")
+    out["backbone"] = _variant(data, "backbone", unknown_ok)
+    out["expert"] = _variant(data, "expert", unknown_ok)
     for ours, theirs in (
         ("action_dim", "max_action_dim"),
         ("action_horizon", "chunk_size"),

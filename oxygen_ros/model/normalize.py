@@ -246,9 +246,10 @@ class Normalizer:
         return lo, np.where(span == 0, self.eps, span)
 
     def normalize_state(self, state: Any, clip: bool = False) -> np.ndarray:
-        """Robot state [..., D] -> normalized float32 [..., D]; `clip` limits it to [-1, 1].
-
-        Statistics wider than D use their first D entries (openpi's Normalize does the same).
+        """Robot state [..., D] -> normalized [..., D] in the precision of the checkpoint's framework, which is
+        what its prompt digitizes: LeRobot's normalizer runs on float32 tensors (float32 result), openpi's
+        ``Normalize`` on the float64 numpy state (float64 result). Near a bin edge one rounding moves the bin.
+        `clip` limits it to [-1, 1]. Statistics wider than D use their first D entries (as openpi's Normalize).
         """
         x = np.asarray(state, dtype=np.float64)
         d = self.state_dim
@@ -257,10 +258,29 @@ class Normalizer:
             raise NormStatsError(f"state has {got} but the norm stats describe only {d} state dimensions")
         if not np.all(np.isfinite(x)):
             raise NormStatsError("state has non-finite values")
-        out = self._forward(x, self.state_stats, self.mode)
+        if self.formula == "lerobot":
+            out = self._lerobot_forward32(x.astype(np.float32), self.state_stats, self.mode)
+        else:
+            out = self._forward(x, self.state_stats, self.mode)
         if clip:
-            out = np.clip(out, -1.0, 1.0)
-        return out.astype(np.float32)
+            out = np.clip(out, -1.0, 1.0).astype(out.dtype)
+        return out
+
+    def _lerobot_forward32(self, x: np.ndarray, stats: NormStats, mode: str) -> np.ndarray:
+        """LeRobot ``_NormalizationMixin._apply_transform`` in float32, operation by operation (each elementwise
+        float32 operation rounds the same in numpy and torch)."""
+        if mode == "identity":
+            return x
+        f32 = np.float32
+        lo_name, hi_name = _MODE_FIELDS[mode]
+        width = x.shape[-1]
+        lo = getattr(stats, lo_name)[:width].astype(f32)
+        hi = getattr(stats, hi_name)[:width].astype(f32)
+        if mode == "mean_std":
+            return (x - lo) / (hi + f32(self.eps))
+        denom = hi - lo
+        denom = np.where(denom == 0, f32(self.eps), denom).astype(f32)
+        return f32(2.0) * (x - lo) / denom - f32(1.0)
 
     def normalize_actions(self, actions: Any) -> np.ndarray:
         """Robot actions [..., D] -> normalized float32 [..., D] (the inverse of `unnormalize_actions`; training)."""

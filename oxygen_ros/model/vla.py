@@ -66,6 +66,18 @@ class DenoiseSchedule:
     mods: Tensor  # [steps, 2·L + 1, 3W]: every adaptive norm's modulation at every step (``_action_modulations``)
 
 
+def flow_times(steps: int) -> Tensor:
+    """The flow time of each Euler step as openpi and LeRobot advance it: ``time += dt`` in float32 from 1,
+    so rounding accumulates exactly as theirs does (``1 + dt·k`` differs by up to 1.2e-7)."""
+    dt = torch.tensor(-1.0 / steps, dtype=torch.float32)
+    times = torch.empty(steps, dtype=torch.float32)
+    time = torch.tensor(1.0, dtype=torch.float32)
+    for k in range(steps):
+        times[k] = time
+        time = time + dt
+    return times
+
+
 def layer_modulations(mods: Tensor, layer: int) -> Modulations:
     """Layer ``layer``'s (input, post-attention) norm modulations from one flow time's row [2·L + 1, 3W]."""
     return mods[2 * layer : 2 * layer + 1], mods[2 * layer + 1 : 2 * layer + 2]
@@ -86,6 +98,9 @@ class Pi05Model(nn.Module):
         self.vision_tower = VisionTower(config.vision)
         self.multi_modal_projector = nn.Linear(config.vision.width, b.width)
         self.embed_tokens = nn.Embedding(config.vocab_size, b.width)
+        # The text head: the embedding itself (tied, as PaliGemma ships), unless a checkpoint stores a different
+        # ``lm_head`` (LeRobot fine-tunes train the embedding only); then ``untie_text_head`` sets it.
+        self.lm_head: nn.Linear | None = None
         self.layers = nn.ModuleList(MoTLayer(b, e) for _ in range(b.depth))
         self.norm = RMSNorm(b.width, b.rms_norm_eps)
         self.action_norm = AdaRMSNorm(e.width, e.width, e.rms_norm_eps)
@@ -195,9 +210,8 @@ class Pi05Model(nn.Module):
         positions = torch.arange(prefix_length, prefix_length + horizon, device=self.device).unsqueeze(0)
         cos, sin = self.rope.cos_sin(positions, self.dtype)
         dt = -1.0 / steps
-        times = 1.0 + dt * torch.arange(steps, device=self.device, dtype=torch.float32)
-        return DenoiseSchedule(steps, dt, [1.0 + step * dt for step in range(steps)], cos, sin,
-                               self._action_modulations(times))
+        times = flow_times(steps)
+        return DenoiseSchedule(steps, dt, times.tolist(), cos, sin, self._action_modulations(times.to(self.device)))
 
     def expert_network(
         self, x_t: Tensor, prefix_k: Sequence[Tensor], prefix_v: Sequence[Tensor], cos: Tensor, sin: Tensor,
@@ -290,9 +304,21 @@ class Pi05Model(nn.Module):
         hidden, _ = self.norm(x[:, -1])
         return hidden
 
+    def untie_text_head(self, weight: Tensor) -> None:
+        """Decode text through ``weight`` [vocab, W] instead of the embedding (prompts still embed with it)."""
+        if weight.shape != self.embed_tokens.weight.shape:
+            raise ValueError(f"lm_head must be {tuple(self.embed_tokens.weight.shape)}, got {tuple(weight.shape)}")
+        head = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
+        head.weight = nn.Parameter(weight, requires_grad=False)
+        self.lm_head = head
+
+    @property
+    def text_head_weight(self) -> Tensor:
+        return self.lm_head.weight if self.lm_head is not None else self.embed_tokens.weight
+
     def lm_logits(self, hidden: Tensor) -> Tensor:
-        """hidden [..., W] → logits [..., vocab] through the tied embedding."""
-        return F.linear(hidden.to(self.dtype), self.embed_tokens.weight)
+        """hidden [..., W] → logits [..., vocab] through the text head (the tied embedding unless untied)."""
+        return F.linear(hidden.to(self.dtype), self.text_head_weight)
 
     @torch.inference_mode()
     def greedy_tokens(self, hidden: Tensor) -> Tensor:
@@ -333,8 +359,8 @@ class Pi05Model(nn.Module):
         steps = num_steps or self.config.num_denoise_steps
         x_t = noise.to(self.device, torch.float32)
         dt = -1.0 / steps
-        for step in range(steps):
-            x_t = x_t + dt * self.joint_velocity(images, image_mask, tokens, x_t, 1.0 + step * dt)
+        for time in flow_times(steps).tolist():
+            x_t = x_t + dt * self.joint_velocity(images, image_mask, tokens, x_t, time)
         return x_t
 
 

@@ -42,6 +42,8 @@ from .config import RuntimeConfig
 log = logging.getLogger(__name__)
 TRUNCATION_WARN_EVERY_S = 5.0
 
+# Where LeRobot's TokenizerProcessorStep.save_artifacts writes the tokenizer inside a saved policy.
+CHECKPOINT_TOKENIZER = "tokenizer"
 QUESTION_TEMPLATE = " Question: {question} Answer:"  # appended after the frame's prefix, like a task prompt
 
 
@@ -239,12 +241,15 @@ class PolicyRuntime:
         """One line of what was chosen for this checkpoint (the node prints it at start-up)."""
         info = self.checkpoint_info
         steps = f" (n_action_steps {info.n_action_steps})" if info.n_action_steps else ""
-        delta = self.delta_action_mask
-        relative = f", delta actions on dims {[i for i, m in enumerate(delta) if m]}" if delta else ""
+        relative = ""
+        if self.delta_action_mask is not None:  # only the dims that exist: a mask may be padded to the model's 32
+            dims = [i for i, m in enumerate(self.delta_action_mask[: self._delta_dims()]) if m]
+            relative = f", delta actions on dims {dim_ranges(dims)} of {self.action_dim}"
         norm = self.normalizer.describe() if self.normalizer else "none"
+        head = ", untied text head (lm_head stored apart from the embedding)" if self.model.lm_head is not None else ""
         return (
             f"model: {info.layout} layout, chunk length {self.model_config.action_horizon}{steps}, prompt format "
-            f"{self.prompt_format}, resize {self.resize_mode}, statistics {norm}{relative}"
+            f"{self.prompt_format}, resize {self.resize_mode}, statistics {norm}{relative}{head}"
         )
 
     def _log_choices(self) -> None:
@@ -273,12 +278,17 @@ class PolicyRuntime:
     @staticmethod
     def _load_tokenizer(config: RuntimeConfig, model_config: ModelConfig) -> Tokenizer:
         try:
+            saved = Path(config.checkpoint).expanduser() / CHECKPOINT_TOKENIZER if config.checkpoint else None
             if config.tokenizer:
                 tokenizer = load_tokenizer(Path(config.tokenizer).expanduser())
+            elif saved is not None and saved.is_dir():
+                log.info("tokenizer: %s (saved with the checkpoint)", saved)
+                tokenizer = load_tokenizer(saved)
             elif config.checkpoint:
                 raise RuntimeLoadError(
-                    "a checkpoint needs its tokenizer: set 'tokenizer' to the PaliGemma SentencePiece model "
-                    "(paligemma_tokenizer.model) or a Hugging Face tokenizer folder (tokenizer.json)"
+                    "a checkpoint needs its tokenizer and has none in its tokenizer/ folder: set 'tokenizer' to the "
+                    "PaliGemma SentencePiece model (paligemma_tokenizer.model) or a Hugging Face tokenizer folder "
+                    "(tokenizer.json)"
                 )
             else:
                 path = demo_tokenizer_path(model_config.vocab_size)
@@ -461,6 +471,17 @@ class PolicyRuntime:
 
     def stats(self) -> EngineStats:
         return self.engine.stats()
+
+
+def dim_ranges(dims: Sequence[int]) -> str:
+    """[0, 1, 2, 3, 4, 5, 7] → "[0..5, 7]"."""
+    runs: list[list[int]] = []
+    for d in dims:
+        if runs and d == runs[-1][1] + 1:
+            runs[-1][1] = d
+        else:
+            runs.append([d, d])
+    return "[" + ", ".join(str(a) if a == b else f"{a}..{b}" for a, b in runs) + "]"
 
 
 def _resolve_prompt_format(config: RuntimeConfig, info: CheckpointInfo) -> str:
