@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from oxygen_ros.embodiment import ADAPTERS
 from oxygen_ros.engine.modes import MODES
 from oxygen_ros.model.config import PRESETS
 from oxygen_ros.model.key_maps import VARIANTS
@@ -76,6 +77,10 @@ class RuntimeConfig:
     rtc_beta: float = 5.0  # maximum guidance weight
     rtc_prefix_attention_horizon: int = 0  # rows guided at all; 0 = the whole overlap with the previous chunk
     rtc_schedule: str = "exp"  # prefix weights between the delay and the horizon
+    # Robot-side transforms (oxygen_ros/embodiment): "none", "droid", "aloha", "libero", "scale_offset", or
+    # "auto" (from the checkpoint's openpi asset id: droid, trossen/aloha, libero; else none).
+    embodiment: str = "none"
+    embodiment_options: dict[str, Any] = field(default_factory=dict)  # e.g. {adapt_to_pi: false}, {scale: [...]}
 
     def validate(self) -> "RuntimeConfig":
         """Raise ValueError naming the first bad field and why; returns self."""
@@ -108,6 +113,8 @@ class RuntimeConfig:
             (0 <= self.rtc_prefix_attention_horizon and (not self.horizon or self.rtc_prefix_attention_horizon <= self.horizon),
              "rtc_prefix_attention_horizon must be in 0..horizon (0 = the whole overlap)"),
             (self.rtc_schedule in SCHEDULES, f"rtc_schedule must be one of {list(SCHEDULES)}"),
+            (self.embodiment in ("auto", *ADAPTERS), f"embodiment must be one of {['auto', *ADAPTERS]}"),
+            (isinstance(self.embodiment_options, dict), "embodiment_options must be a mapping"),
         ]
         for ok, reason in checks:
             if not ok:

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from oxygen_ros.embodiment import Adapter, AdapterError, adapter_for_asset, make_adapter
 from oxygen_ros.engine import Engine, EngineStats, FrameInput, QuestionRefused, TextEvent, TextTask, TickResult, make_runner
 from oxygen_ros.engine.allocator import keep_freed_buffers
 from oxygen_ros.engine.engine import EngineLanes
@@ -96,6 +97,8 @@ class PolicyRuntime:
         self.checkpoint_info = info or preset_info(model.config)
         self.prompt_format = _resolve_prompt_format(config, self.checkpoint_info)
         self.resize_mode = self.checkpoint_info.resize_mode if config.resize_mode == "auto" else config.resize_mode
+        self.adapter = _resolve_adapter(config, self.checkpoint_info)
+        self._check_adapter_sizes()
         mask = config.delta_action_mask or self.checkpoint_info.delta_action_mask
         self.delta_action_mask: tuple[bool, ...] | None = tuple(mask) if mask and any(mask) else None
         self.prompts_truncated = 0  # prompts cut to max_prompt_tokens (as openpi and LeRobot do)
@@ -162,7 +165,10 @@ class PolicyRuntime:
             )
         tokenizer = cls._load_tokenizer(config, model.config)
         normalizer = cls._load_normalizer(config, info, model.config)
-        runtime = cls(config, model, tokenizer, normalizer, info)
+        try:
+            runtime = cls(config, model, tokenizer, normalizer, info)
+        except AdapterError as exc:
+            raise RuntimeLoadError(str(exc)) from None
         runtime._log_choices()
         runtime.warm_up()
         return runtime
@@ -237,6 +243,20 @@ class PolicyRuntime:
                      normalizer.action_dim, model_config.action_dim)  # fmt: skip
         return normalizer
 
+    def _check_adapter_sizes(self) -> None:
+        """An embodiment made for another action or state size is refused at start, with the sizes."""
+        a = self.adapter
+        if a.action_dim is not None and a.action_dim > self.model_action_dim:
+            raise AdapterError(
+                f"embodiment {a.name} sends {a.action_dim} action dims, but the checkpoint's actions have "
+                f"{self.model_action_dim}: it is made for another robot"
+            )
+        if a.state_dim is not None and self.normalizer is not None and a.state_dim != self.normalizer.state_dim:
+            raise AdapterError(
+                f"embodiment {a.name} takes a state of {a.state_dim} values, but the statistics describe "
+                f"{self.normalizer.state_dim}: it is made for another robot"
+            )
+
     def describe(self) -> str:
         """One line of what was chosen for this checkpoint (the node prints it at start-up)."""
         info = self.checkpoint_info
@@ -247,9 +267,10 @@ class PolicyRuntime:
             relative = f", delta actions on dims {dim_ranges(dims)} of {self.action_dim}"
         norm = self.normalizer.describe() if self.normalizer else "none"
         head = ", untied text head (lm_head stored apart from the embedding)" if self.model.lm_head is not None else ""
+        body = ", " + self.adapter.describe() if self.adapter.name != "none" else ""
         return (
             f"model: {info.layout} layout, chunk length {self.model_config.action_horizon}{steps}, prompt format "
-            f"{self.prompt_format}, resize {self.resize_mode}, statistics {norm}{relative}{head}"
+            f"{self.prompt_format}, resize {self.resize_mode}, statistics {norm}{relative}{head}{body}"
         )
 
     def _log_choices(self) -> None:
@@ -309,11 +330,16 @@ class PolicyRuntime:
         return self.model_config.vision.image_size
 
     @property
-    def action_dim(self) -> int:
-        """Dimensions of the published actions (the statistics' width, at most the model's)."""
+    def model_action_dim(self) -> int:
+        """Dimensions of the unnormalized actions (the statistics' width, at most the model's)."""
         if self.normalizer is None:
             return self.model_config.action_dim
         return min(self.normalizer.action_dim, self.model_config.action_dim)
+
+    @property
+    def action_dim(self) -> int:
+        """Dimensions of the published actions: what the embodiment sends, else every unnormalized one."""
+        return self.adapter.action_dim or self.model_action_dim
 
     @property
     def n_action_steps(self) -> int:
@@ -356,6 +382,10 @@ class PolicyRuntime:
             state = np.asarray(state, dtype=np.float64)
             if state.ndim != 1 or not np.all(np.isfinite(state)):
                 raise InputError("state", "the robot state must be a finite 1-D vector")
+            try:
+                state = self.adapter.state_in(state)  # into the model's space, before normalization
+            except AdapterError as exc:
+                raise InputError("state", str(exc)) from None
             if self.delta_action_mask is not None and state.shape[0] < self._delta_dims():
                 raise InputError("state", f"delta actions add the state back to {self._delta_dims()} action dims; the state has {state.shape[0]}")
         state_norm = None
@@ -391,7 +421,7 @@ class PolicyRuntime:
 
     def _delta_dims(self) -> int:
         assert self.delta_action_mask is not None
-        return min(len(self.delta_action_mask), self.action_dim)
+        return min(len(self.delta_action_mask), self.model_action_dim)
 
     # ---------------------------------------------------------------------------------------- running
     def step(self, frame: FrameInput, step_period_s: float | None = None, latency_s: float = 0.0) -> StepResult:
@@ -425,6 +455,7 @@ class PolicyRuntime:
             mask = np.asarray(self.delta_action_mask[:dims])
             actions = actions.copy()
             actions[..., :dims] += np.where(mask, frame.robot_state[:dims], 0.0)
+        actions = self.adapter.actions_out(actions)  # the robot's commands (openpi's output transforms)
         return StepResult(tick, np.asarray(actions, dtype=np.float32), events)
 
     def decode(self, deadline: float | None = None) -> list[TextEvent]:
@@ -482,6 +513,13 @@ def dim_ranges(dims: Sequence[int]) -> str:
         else:
             runs.append([d, d])
     return "[" + ", ".join(str(a) if a == b else f"{a}..{b}" for a, b in runs) + "]"
+
+
+def _resolve_adapter(config: RuntimeConfig, info: CheckpointInfo) -> Adapter:
+    name = config.embodiment
+    if name == "auto":
+        name = adapter_for_asset(info.norm.source if info.norm else None) or "none"
+    return make_adapter(name, config.embodiment_options)
 
 
 def _resolve_prompt_format(config: RuntimeConfig, info: CheckpointInfo) -> str:
