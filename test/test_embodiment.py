@@ -206,6 +206,6 @@ def test_an_adapter_for_another_robot_is_refused_at_start(env: SimpleNamespace) 
     with pytest.raises(RuntimeLoadError, match="embodiment droid takes a state of 8 values, but the statistics describe 14"):
         runtime(env, env.folder, embodiment="droid")
     with pytest.raises(RuntimeLoadError, match="embodiment scale_offset sends 20 action dims"):
-        runtime(env, env.folder, embodiment="scale_offset", embodiment_options={"scale": [1.0] * 20})
+        runtime(env, env.folder, embodiment="scale_offset", unit_scale=[1.0] * 20)
     with pytest.raises(RuntimeLoadError, match="embodiment must be one of"):
         runtime(env, env.folder, embodiment="ur5")

@@ -15,6 +15,7 @@ import dataclasses
 import re
 from typing import Any, Sequence
 
+from oxygen_ros.embodiment import ADAPTERS
 from oxygen_ros.engine.modes import MODES
 from oxygen_ros.engine.questions import ASK_TASK
 from oxygen_ros.model.config import PRESETS
@@ -86,6 +87,17 @@ PARAMS: tuple[ParamSpec, ...] = (
               "Per action dimension: true = trained relative to the state (the state is added back after "
               "unnormalizing; openpi ALOHA: 6 x true, false, 6 x true, false). Empty = the checkpoint's (LeRobot "
               "use_relative_actions), else absolute."),
+    ParamSpec("embodiment", "str", _runtime_default("embodiment"),
+              "Robot-side transforms of the checkpoint's framework (docs/checkpoints.md, robots): none, droid (8 dims: joint "
+              "velocities + binarized gripper, clipped to [-1, 1]), aloha (14 dims, adapt_to_pi), libero (7 EEF dims), "
+              "scale_offset (unit_scale/unit_offset), or auto (from the openpi asset id).",
+              choices=("auto", *ADAPTERS)),
+    ParamSpec("adapt_to_pi", "bool", True,
+              "embodiment aloha: openpi's joint flip mask and gripper conversions on state and actions (its default)."),
+    ParamSpec("unit_scale", "float[]", [],
+              "embodiment scale_offset: per dimension, model units = robot units x scale + offset (state; the "
+              "inverse on actions), e.g. 57.2958 for radians on the robot and degrees in the dataset."),
+    ParamSpec("unit_offset", "float[]", [], "embodiment scale_offset: per dimension offset; empty = zeros."),
     ParamSpec("paligemma_variant", "str", "",
               "Backbone shape of an openpi training checkpoint without config.json ('' = from config.json).",
               choices=("", *sorted(VARIANTS))),

@@ -80,7 +80,17 @@ class RuntimeConfig:
     # Robot-side transforms (oxygen_ros/embodiment): "none", "droid", "aloha", "libero", "scale_offset", or
     # "auto" (from the checkpoint's openpi asset id: droid, trossen/aloha, libero; else none).
     embodiment: str = "none"
-    embodiment_options: dict[str, Any] = field(default_factory=dict)  # e.g. {adapt_to_pi: false}, {scale: [...]}
+    adapt_to_pi: bool = True  # aloha: openpi's joint flip mask and gripper conversions (its default)
+    unit_scale: list[float] = field(default_factory=list)  # scale_offset: model = robot · scale + offset, per dim
+    unit_offset: list[float] = field(default_factory=list)  # [] = zeros
+
+    def embodiment_options(self) -> dict[str, Any]:
+        """The options of the chosen adapter, from the flat fields (ROS parameters cannot hold mappings)."""
+        if self.embodiment == "aloha" or self.embodiment == "auto":
+            return {"adapt_to_pi": self.adapt_to_pi}
+        if self.embodiment == "scale_offset":
+            return {"scale": list(self.unit_scale), **({"offset": list(self.unit_offset)} if self.unit_offset else {})}
+        return {}
 
     def validate(self) -> "RuntimeConfig":
         """Raise ValueError naming the first bad field and why; returns self."""
@@ -114,7 +124,8 @@ class RuntimeConfig:
              "rtc_prefix_attention_horizon must be in 0..horizon (0 = the whole overlap)"),
             (self.rtc_schedule in SCHEDULES, f"rtc_schedule must be one of {list(SCHEDULES)}"),
             (self.embodiment in ("auto", *ADAPTERS), f"embodiment must be one of {['auto', *ADAPTERS]}"),
-            (isinstance(self.embodiment_options, dict), "embodiment_options must be a mapping"),
+            (self.embodiment == "scale_offset" or not (self.unit_scale or self.unit_offset),
+             "unit_scale / unit_offset apply to embodiment scale_offset only"),
         ]
         for ok, reason in checks:
             if not ok:

@@ -516,10 +516,11 @@ def dim_ranges(dims: Sequence[int]) -> str:
 
 
 def _resolve_adapter(config: RuntimeConfig, info: CheckpointInfo) -> Adapter:
-    name = config.embodiment
+    name, options = config.embodiment, config.embodiment_options()
     if name == "auto":
         name = adapter_for_asset(info.norm.source if info.norm else None) or "none"
-    return make_adapter(name, config.embodiment_options)
+        options = options if name == "aloha" else {}
+    return make_adapter(name, options)
 
 
 def _resolve_prompt_format(config: RuntimeConfig, info: CheckpointInfo) -> str:
