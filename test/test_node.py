@@ -543,7 +543,7 @@ def test_diagnostics_report_rate_latency_text_and_kv(live):
     assert set(statuses) == {f"oxygen_ros: {n}" for n in ("control", "inputs", "text", "kv", "topics", "node")}
     assert statuses["oxygen_ros: node"].message == "active"
     topics = _values(statuses["oxygen_ros: topics"])
-    for topic in ("camera/base/image_raw", "camera/wrist/image_raw/compressed", "joint_states"):
+    for topic in ("/camera/base/image_raw", "/camera/wrist/image_raw/compressed", "joint_states"):  # resolved names
         # Input ages per camera (node clock minus stamp at the tick): the test publishes at 10 Hz, 5 Hz ticks.
         assert 0 <= float(topics[f"input_age_s {topic} mean"]) <= float(topics[f"input_age_s {topic} max"]) < 2.0
     # Chunk latency: observation stamp to publish, at least the model's work, well under a second here.

@@ -128,8 +128,11 @@ class InputStore:
             self._counters["rejected_joint_state"] += 1
         return message
 
-    def put_instruction(self, text: str, recv_ns: int) -> str | None:
-        """Store an instruction; returns the refusal reason for an empty or over-long one."""
+    def put_instruction(self, text: str, recv_ns: int, sent_ns: int = 0) -> str | None:
+        """Store an instruction; returns the refusal reason for an empty or over-long one.
+
+        ``sent_ns`` (the publisher's send time, 0 = unknown) orders instructions that arrive by two paths: one
+        sent before the stored one (a latched copy delivered late) is ignored."""
         stripped = text.strip()
         reason = None
         if not stripped:
@@ -137,10 +140,17 @@ class InputStore:
         elif len(stripped) > self.max_instruction_chars:
             reason = f"instruction has {len(stripped)} characters, at most {self.max_instruction_chars} are allowed"
         with self._lock:
-            self._instruction = _Sample(None if reason else stripped, reason, 0, recv_ns)
+            if self._instruction is not None and 0 < sent_ns < self._instruction.stamp_ns:
+                return None
+            self._instruction = _Sample(None if reason else stripped, reason, sent_ns, recv_ns)
             if reason:
                 self._counters["rejected_instruction"] += 1
         return reason
+
+    def instruction(self) -> str | None:
+        """The instruction in use (None: none arrived, or the latest was refused)."""
+        with self._lock:
+            return None if self._instruction is None else self._instruction.value  # type: ignore[return-value]
 
     # -------------------------------------------------------------------------------- the tick
     def snapshot(self, now_ns: int, max_age_ns: int, default_instruction: str = "") -> Observation:

@@ -181,7 +181,8 @@ PARAMS: tuple[ParamSpec, ...] = (
               "Joints read from joint_states (the state, in this order) and commanded by the trajectory (the first "
               "len(joint_names) action dimensions). Empty = no state and no trajectory."),
     ParamSpec("instruction_topic", "str", "~/instruction",
-              "std_msgs/String instruction topic (reliable, transient local: publish it latched).",
+              "std_msgs/String instruction topic (reliable; volatile, or transient local: latched, a node started "
+              "later still gets it).",
               check=_check_topic("instruction_topic")),
     ParamSpec("default_instruction", "str", "", "Instruction used until one arrives on instruction_topic.",
               read_only=False),

@@ -35,7 +35,8 @@ from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.publisher import Publisher
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.event_handler import QoSRequestedIncompatibleQoSInfo, SubscriptionEventCallbacks
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_policy_name_from_kind, qos_profile_sensor_data
 from rcl_interfaces.msg import SetParametersResult
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
@@ -59,8 +60,15 @@ RuntimeLoader = Callable[[RuntimeConfig], Any]  # PolicyRuntime.load or a test d
 
 RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 TEXT_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)  # deltas must not be lost
-# A latched instruction: late joiners get the last one. Publishers must be transient local too.
+# The instruction is read by two subscriptions: a latched (transient local) one gets the last instruction of a
+# latched publisher that published before the node started; a volatile one also takes plain publishers such as
+# `ros2 topic pub` (a transient local reader refuses a volatile writer as incompatible).
 INSTRUCTION_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+INSTRUCTION_LIVE_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
+# Until the first chunk, or this long after activation, inputs that have not arrived yet (the robot or the
+# simulator is still starting) are expected: one info line, no warnings.
+STARTUP_GRACE_S = 30.0
+STARTUP_KINDS = ("missing_image", "missing_joint_state", "missing_instruction")
 WARN_THROTTLE_S = 2.0
 MIN_DECODE_SHARE = 0.1  # decode budget per tick, as a share of the period, when ticks leave no slack
 _DIGITS = re.compile(r"[0-9.]+")
@@ -107,6 +115,7 @@ class OxygenNode(Node):
         self._loggers: dict[tuple[str, str], Any] = {}
         self._text_parts: dict[int, list[str]] = {}
         self._last_instruction = ""
+        self._grace_until = 0.0  # time.monotonic() until which not-yet-arrived inputs are not warned about
         self._tick_wanted = threading.Event()
         self._last_chunk_s: float | None = None  # node-clock time of the tick of the last chunk
         self._last_latency_s = 0.0  # observation → publication of the last chunk
@@ -140,8 +149,9 @@ class OxygenNode(Node):
             self._check_fits_model()
             s = self.settings
             unused = self.runtime.num_image_slots - len(s.camera_topics)  # slots past the list: no camera, masked
+            cameras = [self.resolve_topic_name(t) if t else "" for t in s.camera_topics]  # as `ros2 topic list` shows
             self.store = InputStore(
-                [*s.camera_topics, *[""] * unused],
+                [*cameras, *[""] * unused],
                 [*s.camera_optional, *[True] * unused],
                 [*s.camera_sizes, *[(0, 0)] * unused],
                 use_state=bool(s.joint_names),
@@ -149,7 +159,7 @@ class OxygenNode(Node):
             )
             self.diag = Diagnostics(self._chunk_rate_hz())
             self._diag_timer.timer_period_ns = int(round(s.diagnostics_period_s * 1e9))  # may have changed unconfigured
-            self.topic_stats = TopicStatistics([*s.camera_topics, *(["joint_states"] if s.joint_names else [])])
+            self.topic_stats = TopicStatistics([*(t for t in cameras if t), *(["joint_states"] if s.joint_names else [])])
             self._limits = JointLimits(s.joint_limits_lower, s.joint_limits_upper)
             self._create_publishers()
             self._ask.attach(self.runtime, max_tokens=s.ask_max_tokens, max_goals=s.ask_max_goals)
@@ -165,6 +175,7 @@ class OxygenNode(Node):
         self._stopping.clear()
         self._tick_wanted.clear()
         self._last_chunk_s = None  # the first tick after activation computes a chunk
+        self._grace_until = time.monotonic() + STARTUP_GRACE_S
         self._create_subscriptions()
         self._create_timers()
         self._model_thread = threading.Thread(target=self._model_loop, name="oxygen-model", daemon=True)
@@ -270,10 +281,13 @@ class OxygenNode(Node):
                 self.create_subscription(JointState, s.joint_state_topic, self._on_joint_state, qos_profile_sensor_data,
                                          callback_group=self._input_group)
             )
-        self._input_subs.append(
-            self.create_subscription(String, s.instruction_topic, self._on_instruction, INSTRUCTION_QOS,
-                                     callback_group=self._input_group)
-        )
+        quiet = SubscriptionEventCallbacks(incompatible_qos=lambda event: None)  # the volatile one reads that writer
+        warn = SubscriptionEventCallbacks(incompatible_qos=self._on_incompatible_instruction)
+        for qos, events in ((INSTRUCTION_QOS, quiet), (INSTRUCTION_LIVE_QOS, warn)):
+            self._input_subs.append(
+                self.create_subscription(String, s.instruction_topic, self._on_instruction, qos,
+                                         callback_group=self._input_group, event_callbacks=events)
+            )
 
     def _create_timers(self) -> None:
         s = self.settings
@@ -350,13 +364,20 @@ class OxygenNode(Node):
             return
         self.store.put_joint_state(positions, stamp, recv)
 
-    def _on_instruction(self, msg: String) -> None:
-        reason = self.store.put_instruction(msg.data, self._now_ns())
+    def _on_instruction(self, msg: String, info: Any) -> None:
+        reason = self.store.put_instruction(msg.data, self._now_ns(), sent_ns=int(info.get("source_timestamp", 0)))
+        current = self.store.instruction()
         if reason:
             self._warn("bad_instruction", f"instruction refused: {reason}")
-        elif msg.data.strip() != self._last_instruction:
-            self._last_instruction = msg.data.strip()
-            self.get_logger().info(f"instruction: {self._last_instruction[:200]!r}")
+        elif current is not None and current != self._last_instruction:
+            self._last_instruction = current
+            self.get_logger().info(f"instruction: {current[:200]!r}")
+
+    def _on_incompatible_instruction(self, event: QoSRequestedIncompatibleQoSInfo) -> None:
+        topic = self.resolve_topic_name(self.settings.instruction_topic)
+        self._warn("instruction_qos", f"a publisher on {topic} offers incompatible QoS "
+                                      f"({qos_policy_name_from_kind(event.last_policy_kind)}): its instructions are not "
+                                      "received; publish them reliable (volatile or transient local)")
 
     def _warn(self, kind: str, message: str) -> None:
         """A warning throttled per problem: a repeating problem logs every WARN_THROTTLE_S, a new one at once.
@@ -495,6 +516,9 @@ class OxygenNode(Node):
 
     def _skip(self, kind: str, message: str) -> None:
         self.diag.tick_skipped(f"{kind}: {message}")
+        if kind in STARTUP_KINDS and self._last_chunk_s is None and time.monotonic() < self._grace_until:
+            self.get_logger().info(f"waiting for the first inputs ({message})", once=True)
+            return
         self._warn(kind, f"no action chunk this tick: {message}")
 
     def _engine_error(self, where: str, exc: BaseException) -> None:
