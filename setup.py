@@ -1,8 +1,19 @@
+import os
 from glob import glob
 
 from setuptools import find_packages, setup
 
 package_name = "oxygen_ros"
+
+
+def _tree(folder: str, share: str) -> list[tuple[str, list[str]]]:
+    """data_files entries installing every file under `folder` to the same relative place under `share`."""
+    entries = []
+    for parent, _, files in sorted(os.walk(folder)):
+        if files:
+            entries.append((os.path.join(share, parent), sorted(os.path.join(parent, f) for f in files)))
+    return entries
+
 
 setup(
     name=package_name,
@@ -13,6 +24,8 @@ setup(
         (f"share/{package_name}", ["package.xml"]),
         (f"share/{package_name}/launch", glob("launch/*.launch.py")),
         (f"share/{package_name}/config", glob("config/*.yaml")),
+        # The trained demo policy: the shipped configs name it as models/demo (found from any directory).
+        *_tree("models/demo", f"share/{package_name}"),
     ],
     install_requires=["setuptools"],
     zip_safe=True,

@@ -9,6 +9,7 @@ from typing import Any, Mapping
 
 from oxygen_ros.runtime import RuntimeConfig
 from oxygen_ros.runtime.cameras import slot_names_of, slot_positions
+from oxygen_ros.runtime.paths import with_resolved_paths
 
 from .param_spec import ConfigError
 from .params import PARAMS, RUNTIME_FIELDS, SPECS, TASK_LISTS
@@ -132,7 +133,9 @@ def _camera_slots(v: Mapping[str, Any]) -> tuple[tuple[str, ...], list[int]] | N
 
 
 def runtime_config(values: Mapping[str, Any]) -> RuntimeConfig:
-    """The model-side configuration (not validated: call `.validate()` or `validate_values`)."""
+    """The model-side configuration (not validated: call `.validate()` or `validate_values`). Relative model paths
+    that do not exist from the working directory are looked up in the package's folders (`resolve_data_path`)."""
+    values = with_resolved_paths(values)
     fields = {name: values[name] for name in RUNTIME_FIELDS if name in values}
     if "kv_budget_mb" in fields:
         fields["kv_budget_mb"] = float(fields["kv_budget_mb"])

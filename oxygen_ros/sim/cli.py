@@ -27,6 +27,7 @@ from tqdm import tqdm
 from oxygen_ros.runtime import RuntimeConfig, RuntimeLoadError
 from oxygen_ros.runtime.alignment import REPLAN
 from oxygen_ros.runtime.params_file import ParamsFileError, read_params_file
+from oxygen_ros.runtime.paths import with_resolved_paths
 from oxygen_ros.runtime.trajectory import JointLimits
 
 from .dataset import expert_episode
@@ -45,22 +46,10 @@ def _shown(path: str | Path) -> str:
         return str(path)
 
 
-def _resolve(path: str, params_file: Path) -> str:
-    """A relative model path as the node would read it from the working directory, else from the repository."""
-    if not path or Path(path).expanduser().is_absolute() or Path(path).exists():
-        return path
-    for base in (params_file.parent.parent, ROOT):
-        if (base / path).exists():
-            return str(base / path)
-    return path
-
-
 def load_params(params_file: Path) -> tuple[RuntimeConfig, EvalSettings]:
     """The runtime configuration and the robot wiring (joints, limits, timing) of a node parameters file."""
     values, _ = read_params_file(params_file, node="oxygen_node")
-    for key in ("checkpoint", "tokenizer", "norm_stats"):
-        if key in values:
-            values[key] = _resolve(str(values[key]), params_file)
+    values = with_resolved_paths(values, params_file.resolve().parent.parent)  # also next to the file's config/
     config = RuntimeConfig.from_dict(values, ignore_unknown=True)
     settings = EvalSettings()
     if values.get("joint_names"):
