@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from oxygen_ros.sim.media import EpisodeLog, TextOut, write_gif, write_summary
+from oxygen_ros.sim.media import EpisodeLog, TextOut, gif_frame_count, write_gif, write_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_SEED = 40  # the demo's first held-out scene seed (its instructions name different objects)
@@ -219,7 +219,9 @@ def _report(listener: Listener, outdir: Path, elapsed: float) -> int:
     shown = next((log for log in logs if log.success and log.frames), next((log for log in logs if log.frames), None))
     if shown is not None:
         gif = write_gif(shown, outdir / "demo_episode.gif")
-        _say(f"  wrote {gif} (episode {shown.index + 1}, {len(shown.frames)} frames, captions = the streamed text)")
+        held = gif_frame_count(gif)
+        merged = f" from {len(shown.frames)} camera frames, repeats merged" if held != len(shown.frames) else ""
+        _say(f"  wrote {gif} (episode {shown.index + 1}, {held} frames{merged}, captions = the streamed text)")
     png = write_summary(logs, outdir / "demo_summary.png")
     _say(f"  wrote {png}")
     return 0

@@ -3,6 +3,7 @@ random-weight model and one short episode so it stays fast; the trained policy's
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -27,6 +28,10 @@ def test_demo_runs_an_episode_over_dds_and_writes_the_gif_and_the_summary(tmp_pa
     assert "success: 0/1 episodes" in log and "action chunks; median prefill" in log, log
     gif = Image.open(out / "demo_episode.gif")
     assert gif.n_frames >= 10 and gif.size[0] > 300
+    reported = re.search(r"demo_episode\.gif \(episode 1, (\d+) frames", log)
+    assert reported and int(reported.group(1)) == gif.n_frames, log  # the frames the file holds
+    start = log[:log.index('=== episode 1: "')]
+    assert "WARN" not in start, start  # the nodes start quietly while they wait for each other
     assert Image.open(out / "demo_summary.png").size[0] > 600
 
 

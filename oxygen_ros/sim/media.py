@@ -114,6 +114,12 @@ def write_gif(log: EpisodeLog, path: Path, fps: float = 10.0) -> Path:
     return path
 
 
+def gif_frame_count(path: Path) -> int:
+    """Frames the GIF file holds (Pillow merges identical consecutive frames into one longer frame)."""
+    with Image.open(path) as gif:
+        return int(getattr(gif, "n_frames", 1))
+
+
 def write_summary(logs: list[EpisodeLog], path: Path) -> Path:
     """Per episode: the true subtask as coloured spans, each narration as a dot at its observation time
     (filled = it named the true subtask), the outcome; below, the arm's joints over time."""
