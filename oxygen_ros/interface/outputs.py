@@ -9,13 +9,16 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import numpy as np
+from geometry_msgs.msg import TwistStamped
+from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from oxygen_ros.runtime.trajectory import JointLimits, TimedTrajectory, trajectory_points
 
 from .convert import duration_from_s, ns_to_stamp, stamp_to_ns
 
-__all__ = ["JointLimits", "final_text_topic", "from_trajectory_msg", "text_topic", "to_trajectory_msg", "trajectory_msg"]
+__all__ = ["JointLimits", "final_text_topic", "float64_array_msg", "from_trajectory_msg", "text_topic", "to_trajectory_msg",
+           "trajectory_msg", "twist_msg"]  # fmt: skip
 
 
 def text_topic(task: str) -> str:
@@ -28,14 +31,19 @@ def final_text_topic(task: str) -> str:
     return f"~/text/{task}/final"
 
 
-def to_trajectory_msg(trajectory: TimedTrajectory) -> JointTrajectory:
+def to_trajectory_msg(trajectory: TimedTrajectory, interface: str = "position") -> JointTrajectory:
+    """The values go to each point's ``positions``, or ``velocities`` for a velocity command interface."""
     msg = JointTrajectory()
     if trajectory.start_time_ns:
         msg.header.stamp = ns_to_stamp(trajectory.start_time_ns)  # else 0: "start now" for the controller
     msg.joint_names = list(trajectory.joint_names)
     for t, row in zip(trajectory.times_s, trajectory.positions):
         point = JointTrajectoryPoint()
-        point.positions = [float(x) for x in row]
+        values = [float(x) for x in row]
+        if interface == "velocity":
+            point.velocities = values
+        else:
+            point.positions = values
         point.time_from_start = duration_from_s(float(t))
         msg.points.append(point)
     return msg
@@ -67,3 +75,23 @@ def trajectory_msg(
     """
     trajectory, clamped = trajectory_points(actions, joint_names, step_period_s, limits)
     return to_trajectory_msg(trajectory), clamped
+
+
+def float64_array_msg(values: np.ndarray) -> Float64MultiArray:
+    """forward_command_controller's command: one value per joint, in its ``joints`` order."""
+    if not np.all(np.isfinite(values)):
+        raise ValueError("command values contain NaN or infinite values")
+    return Float64MultiArray(data=[float(x) for x in np.asarray(values).ravel()])
+
+
+def twist_msg(values: np.ndarray, frame: str, stamp_ns: int) -> TwistStamped:
+    """MoveIt Servo's command: linear xyz then angular xyz, in ``frame``, stamped when sent."""
+    v = [float(x) for x in np.asarray(values).ravel()]
+    if len(v) != 6 or not all(np.isfinite(v)):
+        raise ValueError(f"a twist needs 6 finite values, got {v}")
+    msg = TwistStamped()
+    msg.header.stamp = ns_to_stamp(stamp_ns)
+    msg.header.frame_id = frame
+    msg.twist.linear.x, msg.twist.linear.y, msg.twist.linear.z = v[:3]
+    msg.twist.angular.x, msg.twist.angular.y, msg.twist.angular.z = v[3:]
+    return msg

@@ -199,10 +199,28 @@ PARAMS: tuple[ParamSpec, ...] = (
               read_only=False, low=0.0, high=3600.0, low_open=True),
     # ------------------------------------------------------------------------------------ outputs
     ParamSpec("publish_trajectory", "bool", True,
-              "Also publish trajectory_msgs/JointTrajectory (needs joint_names); false = ActionChunk only.",
+              "Publish the controller outputs (the JointTrajectory of joint_names, or output_types); false = ActionChunk only.",
               read_only=False),
     ParamSpec("trajectory_topic", "str", DEFAULT_TRAJECTORY_TOPIC, "JointTrajectory topic of the controller.",
               check=_check_topic("trajectory_topic")),
+    # One entry per output (ROS parameters cannot hold lists of mappings); empty output_types = the single
+    # JointTrajectory above. See oxygen_ros/runtime/outputs.py and docs/ros.md (Outputs).
+    ParamSpec("output_types", "str[]", [],
+              "One per output: joint_trajectory (JTC), float64_array (forward_command_controller) or twist (MoveIt "
+              "Servo). Empty = one JointTrajectory of joint_names on trajectory_topic."),
+    ParamSpec("output_names", "str[]", [], "One name per output (logs, diagnostics)."),
+    ParamSpec("output_topics", "str[]", [], "One command topic per output, e.g. left_arm_controller/joint_trajectory."),
+    ParamSpec("output_dims", "str[]", [],
+              "The action dims of each output, in order: '0..5', '6', '0,2'. Every action dim goes to exactly one output."),
+    ParamSpec("output_joints", "str[]", [],
+              "Comma-separated joint names per output (joint_trajectory: one per dim); '' for a twist."),
+    ParamSpec("output_interfaces", "str[]", [],
+              "position or velocity per output (joint_trajectory points, float64_array: a velocity output sends "
+              "zeros when its chunk ends); empty = position."),
+    ParamSpec("output_frames", "str[]", [], "twist outputs: header.frame_id (e.g. the end effector's link)."),
+    ParamSpec("output_scales", "float[]", [], "twist outputs: every component times this; empty = 1."),
+    ParamSpec("output_binarize", "str[]", [],
+              "Per output '' or 'threshold,below,above': values above threshold become above, the rest below (a gripper)."),
     ParamSpec("publish_text", "bool", True, "Publish the text streams (~/text/<task> and ~/text/<task>/final).",
               read_only=False),
     ParamSpec("joint_limits_lower", "float[]", [],

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from oxygen_ros.runtime import RuntimeConfig
+from oxygen_ros.runtime.outputs import OutputConfigError, OutputSpec, build_outputs, output_problems
 from oxygen_ros.runtime.cameras import slot_names_of, slot_positions
 from oxygen_ros.runtime.paths import with_resolved_paths
 
@@ -51,6 +52,8 @@ class NodeSettings:
     diagnostics_period_s: float
     ask_max_tokens: int = 48
     ask_max_goals: int = 4
+    outputs: tuple[OutputSpec, ...] = ()  # the controller outputs (the legacy single trajectory included)
+    explicit_outputs: bool = False  # given as output_* lists: every action dim must go to one of them
 
     @property
     def control_period_s(self) -> float:
@@ -116,6 +119,10 @@ def cross_checks(v: Mapping[str, Any]) -> list[str]:
             problems.append(f"joint_limits_lower > joint_limits_upper for joints {crossed}")
     if v["prompt_format"] == "pi05_state" and not joints:
         problems.append("prompt_format 'pi05_state' puts the joint state in the prompt: set joint_names")
+    try:
+        outputs_of(v)
+    except OutputConfigError as exc:
+        problems.extend(str(exc).splitlines())
     features = list(v.get("camera_features") or [])
     if features and len(features) != len(topics):
         problems.append(f"camera_features must be empty or name one feature per camera_topics entry ({len(topics)}), "
@@ -172,7 +179,26 @@ def model_fit_problems(
         problems.append(f"joint_names has {joints} joints but the norm stats describe a state of only {state_dim}")
     if needs_state and not joints:
         problems.append("the checkpoint's prompt format (pi05_state) or its delta actions need the joint state: set joint_names")
+    if settings.explicit_outputs:
+        problems.extend(output_problems(settings.outputs, action_dim))
     return problems
+
+
+def outputs_of(v: Mapping[str, Any]) -> tuple[tuple[OutputSpec, ...], bool]:
+    """The outputs and whether they were given explicitly; without output_types, the single JointTrajectory
+    of joint_names on trajectory_topic (when there are joint_names). publish_trajectory switches them all."""
+    types = list(v.get("output_types") or [])
+    if types:
+        specs = build_outputs(
+            list(v["output_names"]), types, list(v["output_topics"]), list(v["output_dims"]), list(v["output_joints"]),
+            list(v["output_interfaces"]), list(v["output_frames"]), list(v["output_scales"]), list(v["output_binarize"]),
+        )  # fmt: skip
+        return tuple(specs), True
+    joints = tuple(v["joint_names"])
+    if not joints:
+        return (), False
+    legacy = OutputSpec("trajectory", "joint_trajectory", v["trajectory_topic"], tuple(range(len(joints))), joints)
+    return (legacy,), False
 
 
 def node_settings(v: Mapping[str, Any]) -> NodeSettings:
@@ -214,4 +240,6 @@ def node_settings(v: Mapping[str, Any]) -> NodeSettings:
         diagnostics_period_s=float(v["diagnostics_period_s"]),
         ask_max_tokens=int(v["ask_max_tokens"]),
         ask_max_goals=int(v["ask_max_goals"]),
+        outputs=outputs_of(v)[0],
+        explicit_outputs=outputs_of(v)[1],
     )

@@ -40,17 +40,17 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_polic
 from rcl_interfaces.msg import SetParametersResult
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
-from trajectory_msgs.msg import JointTrajectory
 
 from oxygen_ros.interface import settings as S
 from oxygen_ros.interface.convert import action_chunk_msg, compressed_image_to_array, image_to_array, joint_positions, stamp_to_ns, text_delta_msg
 from oxygen_ros.interface.inputs import InputStore, Observation, ObservationError
-from oxygen_ros.interface.outputs import JointLimits, final_text_topic, text_topic, to_trajectory_msg
+from oxygen_ros.interface.outputs import JointLimits, final_text_topic, text_topic
 from oxygen_ros.runtime import InputError, PolicyRuntime, RuntimeConfig
-from oxygen_ros.runtime.alignment import ChunkTooLate, aligned_trajectory, replan_due
+from oxygen_ros.runtime.alignment import ChunkTooLate, replan_due
 
 from . import node_params
 from .ask_server import AskServer
+from .controller_outputs import ControllerOutputs
 from .diagnostics import Diagnostics, diagnostic_array
 from .topic_stats import TopicStatistics
 
@@ -123,6 +123,7 @@ class OxygenNode(Node):
         self._model_thread: threading.Thread | None = None
         self._input_subs: list[Any] = []
         self._control_timer: Any = None
+        self._outputs: ControllerOutputs | None = None  # controller publishers, while configured
 
         self._timer_group = MutuallyExclusiveCallbackGroup()
         self._input_group = ReentrantCallbackGroup()
@@ -196,6 +197,8 @@ class OxygenNode(Node):
             self._model_thread.join(timeout=30.0)  # the runtime is never used from two threads
         if self._control_timer is not None:  # cancelled, not destroyed: `activate` resets it
             self._control_timer.cancel()
+        if self._outputs is not None:
+            self._outputs.stop()  # velocity and twist outputs: a zero command rather than the last one
         ended = 0
         try:
             events = self.runtime.close()
@@ -217,7 +220,10 @@ class OxygenNode(Node):
         self._deactivate()
         self._ready = False
         self._ask.detach()
-        for pub in [self._chunk_pub, self._trajectory_pub, *(p for t in self._text_pubs.values() for p in (t.delta, t.final))]:
+        if self._outputs is not None:
+            self._outputs.destroy(self._destroy_publisher)
+            self._outputs = None
+        for pub in [self._chunk_pub, *(p for t in self._text_pubs.values() for p in (t.delta, t.final))]:
             if pub is not None:
                 self._destroy_publisher(pub)
         self._text_pubs = {}
@@ -254,9 +260,7 @@ class OxygenNode(Node):
 
     def _create_publishers(self) -> None:
         self._chunk_pub = self._make_publisher(ActionChunk, "~/action_chunk", RELIABLE)
-        self._trajectory_pub = (
-            self._make_publisher(JointTrajectory, self.settings.trajectory_topic, RELIABLE) if self.settings.joint_names else None
-        )
+        self._outputs = ControllerOutputs(self, self.settings, self._make_publisher, RELIABLE, self._timer_group)
         self._text_pubs = {
             task.name: _TextPublishers(
                 self._make_publisher(TextDelta, text_topic(task.name), TEXT_QOS),
@@ -327,8 +331,16 @@ class OxygenNode(Node):
             f"{len(s.joint_names)} joints; {s.control_rate_hz:g} Hz; text tasks {tasks}"
         )
         self.get_logger().info(rt.describe())
-        if s.publish_trajectory and not s.joint_names:
-            self.get_logger().warning("publish_trajectory is true but joint_names is empty: no JointTrajectory will be published")
+        for o in s.outputs:
+            self.get_logger().info(
+                f"output {o.name}: {o.type} on {o.topic} <- action dims {list(o.dims)}"
+                f"{' (' + o.interface + ')' if o.type != 'twist' else ' in ' + o.frame + f' x {o.scale:g}'}"
+                f"{f' joints {list(o.joints)}' if o.joints else ''}"
+                f"{f' binarized at {o.binarize.threshold:g} to {o.binarize.below:g}/{o.binarize.above:g}' if o.binarize else ''}"
+            )
+        if s.publish_trajectory and not s.outputs:
+            self.get_logger().warning("publish_trajectory is true but there are no outputs (joint_names and output_types "
+                                      "are empty): only the ActionChunk is published")
 
     # --------------------------------------------------------------------------- input callbacks
     def _now_ns(self) -> int:
@@ -450,21 +462,17 @@ class OxygenNode(Node):
             latency_s=latency_s,
             n_action_steps=rt.n_action_steps,
         )  # raises ValueError for NaN/inf actions: no chunk rather than a wrong one
-        trajectory = None
-        if s.publish_trajectory and self._trajectory_pub is not None:
+        self._chunk_pub.publish(chunk)
+        if s.publish_trajectory and self._outputs is not None and s.outputs:
             try:
-                timed, clamped = aligned_trajectory(result.actions, s.joint_names, s.step_period_s, self._limits,
-                                                    obs.stamp_ns, latency_s, rt.n_action_steps, rt.config.time_alignment)
+                clamped = self._outputs.publish_chunk(result.actions, obs.stamp_ns, latency_s, rt.n_action_steps,
+                                                      rt.config.time_alignment)  # fmt: skip
             except ChunkTooLate as exc:  # the controller would reject it: say so, send the chunk only
                 self.store.count("chunk_too_late")
-                self._warn("chunk_too_late", f"no trajectory this tick: {exc}")
+                self._warn("chunk_too_late", f"no controller command this tick: {exc}")
                 rt.forget_chunk()
             else:
-                trajectory = to_trajectory_msg(timed)
                 self.diag.clamped(clamped)
-        self._chunk_pub.publish(chunk)
-        if trajectory is not None:
-            self._trajectory_pub.publish(trajectory)  # type: ignore[union-attr]
         self._last_latency_s = latency_s
         now_ns = self._now_ns()
         self.diag.chunk_published(now_ns, time.perf_counter() - start)
@@ -564,6 +572,8 @@ class OxygenNode(Node):
         self.settings = new
         self.store.max_instruction_chars = new.max_instruction_chars
         self._limits = JointLimits(new.joint_limits_lower, new.joint_limits_upper)
+        if self._outputs is not None:
+            self._outputs.settings = new  # limits may have changed; the outputs themselves are fixed
         if new.control_rate_hz != old.control_rate_hz:
             if self.active:
                 self._control_timer.timer_period_ns = int(round(new.control_period_s * 1e9))

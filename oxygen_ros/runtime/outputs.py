@@ -1,0 +1,216 @@
+"""Outputs: each takes some action dimensions to one controller interface (no ROS types here).
+
+* ``joint_trajectory`` — ros2_control's joint_trajectory_controller: one JointTrajectory per chunk, the
+  values as ``positions`` or, for a velocity command interface, ``velocities`` (JTC timing rules as in
+  ``alignment``).
+* ``float64_array`` — forward_command_controller (``std_msgs/Float64MultiArray``, one value per joint, applied
+  at once): the action due now, streamed at the step period.
+* ``twist`` — MoveIt Servo (``geometry_msgs/TwistStamped``): 6 dims (linear xyz, angular xyz) times ``scale``
+  in ``frame``, streamed and stamped when sent; Servo drops commands older than ~0.1 s, so a twist is
+  re-sent at least every ``TWIST_REPEAT_S`` while its chunk lasts and a zero twist stops the arm when it ends.
+
+A gripper output may binarize: values above ``threshold`` become ``above``, the others ``below``. Outputs are
+given as flat lists (one entry per output) because ROS parameters cannot hold lists of mappings.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+OUTPUT_TYPES = ("joint_trajectory", "float64_array", "twist")
+INTERFACES = ("position", "velocity")
+STREAMED = ("float64_array", "twist")
+TWIST_DIMS = 6
+SERVO_TIMEOUT_S = 0.1  # MoveIt Servo's incoming_command_timeout default: older commands are dropped
+TWIST_REPEAT_S = SERVO_TIMEOUT_S / 2
+
+
+class OutputConfigError(ValueError):
+    """The outputs do not add up; one line per problem."""
+
+
+@dataclass(frozen=True)
+class Binarize:
+    threshold: float
+    below: float
+    above: float
+
+    def apply(self, values: np.ndarray) -> np.ndarray:
+        return np.where(values > self.threshold, self.above, self.below)
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    name: str
+    type: str
+    topic: str
+    dims: tuple[int, ...]  # indices into the published action vector, in the order they are sent
+    joints: tuple[str, ...] = ()  # joint_trajectory: names (one per dim); float64_array: for the log only
+    interface: str = "position"  # joint_trajectory: the controller's command interface
+    frame: str = ""  # twist: header.frame_id
+    scale: float = 1.0  # twist: every component times this
+    binarize: Binarize | None = None
+
+    @property
+    def streamed(self) -> bool:
+        return self.type in STREAMED
+
+    def values(self, actions: np.ndarray) -> np.ndarray:
+        """[..., len(dims)] of this output from [..., action_dim] actions (binarized, twist scaled)."""
+        out = np.asarray(actions, dtype=np.float64)[..., list(self.dims)]
+        if self.binarize is not None:
+            out = self.binarize.apply(out)
+        if self.type == "twist":
+            out = out * self.scale
+        return out
+
+
+def parse_dims(text: str) -> tuple[int, ...]:
+    """"0..5" / "6" / "0,2,4" / "0..5,7" → indices; ValueError says what is wrong."""
+    dims: list[int] = []
+    for part in (p.strip() for p in str(text).split(",")):
+        if not part:
+            continue
+        lo, sep, hi = part.partition("..")
+        try:
+            start, end = int(lo), int(hi) if sep else int(lo)
+        except ValueError:
+            raise ValueError(f"dims {text!r}: {part!r} is not an index or a range a..b") from None
+        if start < 0 or end < start:
+            raise ValueError(f"dims {text!r}: {part!r} is not a range of indices >= 0")
+        dims.extend(range(start, end + 1))
+    if not dims:
+        raise ValueError(f"dims {text!r} names no action dimension")
+    return tuple(dims)
+
+
+def _binarize(text: str) -> Binarize | None:
+    if not str(text).strip():
+        return None
+    parts = [p.strip() for p in str(text).split(",")]
+    try:
+        values = [float(p) for p in parts]
+    except ValueError:
+        values = []
+    if len(values) != 3 or not all(math.isfinite(v) for v in values):
+        raise ValueError(f"binarize {text!r} must be 'threshold,below,above' (three numbers)")
+    return Binarize(*values)
+
+
+def _entry(values: Sequence, i: int, default: object) -> object:
+    return values[i] if i < len(values) else default
+
+
+def build_outputs(
+    names: Sequence[str], types: Sequence[str], topics: Sequence[str], dims: Sequence[str],
+    joints: Sequence[str] = (), interfaces: Sequence[str] = (), frames: Sequence[str] = (),
+    scales: Sequence[float] = (), binarize: Sequence[str] = (),
+) -> list[OutputSpec]:  # fmt: skip
+    """Outputs from parallel lists (``names``, ``types``, ``topics``, ``dims`` one entry per output; the optional
+    lists empty or one entry per output). Raises OutputConfigError with one line per problem."""
+    n = len(types)
+    problems: list[str] = []
+    for label, values, required in (("output_names", names, True), ("output_topics", topics, True),
+                                    ("output_dims", dims, True), ("output_joints", joints, False),
+                                    ("output_interfaces", interfaces, False), ("output_frames", frames, False),
+                                    ("output_scales", scales, False), ("output_binarize", binarize, False)):  # fmt: skip
+        if len(values) != n and (required or values):
+            problems.append(f"{label} has {len(values)} entries for {n} output_types (one per output{'' if required else ', or none'})")
+    if problems:
+        raise OutputConfigError("\n".join(problems))
+    specs = []
+    for i in range(n):
+        name = str(names[i])
+        try:
+            kind = str(types[i])
+            if kind not in OUTPUT_TYPES:
+                raise ValueError(f"type {kind!r} is not one of {list(OUTPUT_TYPES)}")
+            interface = str(_entry(interfaces, i, "")) or "position"
+            if interface not in INTERFACES:
+                raise ValueError(f"interface {interface!r} is not one of {list(INTERFACES)}")
+            joint_text = str(_entry(joints, i, ""))
+            specs.append(OutputSpec(
+                name, kind, str(topics[i]), parse_dims(str(dims[i])),
+                tuple(j.strip() for j in joint_text.split(",") if j.strip()), interface,
+                str(_entry(frames, i, "")), float(_entry(scales, i, 1.0)), _binarize(str(_entry(binarize, i, ""))),
+            ))  # fmt: skip
+        except ValueError as exc:
+            problems.append(f"output {name}: {exc}")
+    if problems:
+        raise OutputConfigError("\n".join(problems))
+    return specs
+
+
+def output_problems(specs: Sequence[OutputSpec], action_dim: int) -> list[str]:
+    """Why these outputs do not fit actions of ``action_dim`` dims: one line each (empty: they fit)."""
+    problems = []
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        problems.append(f"output names repeat: {names}")
+    topics = [s.topic for s in specs]
+    if len(set(topics)) != len(topics):
+        problems.append(f"two outputs publish on one topic: {topics}")
+    owner: dict[int, str] = {}
+    for s in specs:
+        if not s.topic:
+            problems.append(f"output {s.name}: no topic")
+        beyond = [d for d in s.dims if d >= action_dim]
+        if beyond:
+            problems.append(f"output {s.name}: dims {beyond} do not exist (the actions have {action_dim} dims)")
+        for d in s.dims:
+            if d in owner:
+                problems.append(f"outputs {owner[d]} and {s.name} both take action dim {d}")
+            owner.setdefault(d, s.name)
+        if s.type == "joint_trajectory" and len(s.joints) != len(s.dims):
+            problems.append(f"output {s.name}: {len(s.joints)} joints for {len(s.dims)} dims (joint_trajectory needs one name per dim)")
+        if s.type == "float64_array" and s.joints and len(s.joints) != len(s.dims):
+            problems.append(f"output {s.name}: {len(s.joints)} joints for {len(s.dims)} dims")
+        if s.type == "twist":
+            if len(s.dims) != TWIST_DIMS:
+                problems.append(f"output {s.name}: a twist takes {TWIST_DIMS} dims (linear xyz, angular xyz), got {len(s.dims)}")
+            if not s.frame:
+                problems.append(f"output {s.name}: a twist needs its frame (output_frames), e.g. the end effector's link")
+            if not (math.isfinite(s.scale) and s.scale > 0):
+                problems.append(f"output {s.name}: scale must be > 0, got {s.scale}")
+    left = sorted(set(range(action_dim)) - set(owner))
+    if specs and left:
+        problems.append(f"action dims {left} go to no output (the actions have {action_dim} dims)")
+    return problems
+
+
+class ChunkStream:
+    """The latest chunk for the streamed outputs and the row of it due at a given time (thread-safe: the
+    model thread sets chunks, a timer reads them).
+
+    Row ``first + k`` is due from ``start + times_s[k - 1]`` until ``start + times_s[k]`` (``alignment``'s
+    ChunkTiming: the action belongs to the end of its step); after the last one the chunk is over.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows: np.ndarray | None = None
+        self._times_s = np.zeros(0)
+        self._start_ns = 0
+
+    def set(self, actions: np.ndarray, start_ns: int, first: int, times_s: Sequence[float]) -> None:
+        rows = np.asarray(actions, dtype=np.float64)[first : first + len(times_s)]
+        with self._lock:
+            self._rows, self._times_s, self._start_ns = rows, np.asarray(times_s, dtype=np.float64), int(start_ns)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._rows = None
+
+    def due(self, now_ns: int) -> np.ndarray | None:
+        """The action row due at ``now_ns``, or None (no chunk, or it is over)."""
+        with self._lock:
+            if self._rows is None:
+                return None
+            elapsed = (now_ns - self._start_ns) / 1e9
+            k = int(np.searchsorted(self._times_s, elapsed - 1e-9))
+            return self._rows[k] if k < len(self._rows) else None
