@@ -26,6 +26,7 @@ setup(
         (f"share/{package_name}/config", glob("config/*.yaml")),
         # The trained demo policy: the shipped configs name it as models/demo (found from any directory).
         *_tree("models/demo", f"share/{package_name}"),
+        (f"share/{package_name}/config/robots", glob("config/robots/*.yaml")),
     ],
     install_requires=["setuptools"],
     zip_safe=True,

@@ -382,10 +382,11 @@ class PolicyRuntime:
             state = np.asarray(state, dtype=np.float64)
             if state.ndim != 1 or not np.all(np.isfinite(state)):
                 raise InputError("state", "the robot state must be a finite 1-D vector")
-            try:
-                state = self.adapter.state_in(state)  # into the model's space, before normalization
-            except AdapterError as exc:
-                raise InputError("state", str(exc)) from None
+            if self.needs_state:  # into the model's space, before normalization (unused otherwise)
+                try:
+                    state = self.adapter.state_in(state)
+                except AdapterError as exc:
+                    raise InputError("state", str(exc)) from None
             if self.delta_action_mask is not None and state.shape[0] < self._delta_dims():
                 raise InputError("state", f"delta actions add the state back to {self._delta_dims()} action dims; the state has {state.shape[0]}")
         state_norm = None
