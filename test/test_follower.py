@@ -115,3 +115,20 @@ def test_trajectory_points_times_and_clamps_a_chunk() -> None:
     assert np.allclose(t.positions, [[0.1, 1.0], [0.2, -1.0]]) and clamped == 2
     with pytest.raises(ValueError, match="NaN"):
         trajectory_points(np.full((2, 2), np.nan), NAMES, 0.25)
+
+
+def test_velocity_commands_like_a_forward_command_controller() -> None:
+    """Applied at once and held until the next command, within velocity and position limits; a trajectory
+    takes the joints back."""
+    f = follower(velocity=np.array([1.0, 100.0]))
+    f.command_velocity(["b"], [0.5], 0.0)  # joint b by velocity, a keeps its (empty) setpoint
+    np.testing.assert_allclose(run(f, 1.0), [0.0, 0.5], atol=1e-9)
+    f.command_velocity(["a", "b"], [3.0, -2.0], 1.0)  # a is limited to 1 rad/s
+    np.testing.assert_allclose(run(f, 2.0, start=1.0), [1.0, -1.5], atol=1e-9)
+    f.command_velocity(["a", "b"], [100.0, 0.0], 2.0)
+    assert run(f, 20.0, start=2.0)[0] == pytest.approx(5.0)  # held at the position limit
+    f.command(traj([0.5], [[0.0, 0.0]]), 20.0)
+    np.testing.assert_allclose(run(f, 30.0, start=20.0), [0.0, 0.0], atol=1e-9)
+    for names, values in ((["c"], [1.0]), (["a"], [1.0, 2.0]), (["a"], [float("nan")])):
+        with pytest.raises(TrajectoryRejected):
+            f.command_velocity(names, values, 30.0)

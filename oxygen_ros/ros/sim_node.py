@@ -2,7 +2,8 @@
 
 It publishes both camera images (`sensor_msgs/Image`, rgb8, sensor-data QoS), `sensor_msgs/JointState`
 and the episode's instruction (latched `std_msgs/String`); it executes `trajectory_msgs/JointTrajectory`
-with ros2_control joint_trajectory_controller semantics (`oxygen_ros.sim.follower`); it runs the episodes
+with ros2_control joint_trajectory_controller semantics (`oxygen_ros.sim.follower`) and joint velocities as a
+velocity forward_command_controller's `std_msgs/Float64MultiArray`; it runs the episodes
 one after another (`oxygen_ros.sim.runner`) and reports each start and outcome as JSON on ``~/episode``,
 and the true subtask and scene note whenever they change on ``~/labels`` (to judge the policy's text).
 All times are the node clock's. Topic names are relative, so a namespace moves the whole robot.
@@ -18,7 +19,7 @@ from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
-from std_msgs.msg import String
+from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
 from oxygen_ros.interface.convert import array_to_image
@@ -61,6 +62,8 @@ SIM_PARAMS = (
     ParamSpec("instruction_topic", "str", "instruction", "std_msgs/String, latched: each episode's instruction."),
     ParamSpec("trajectory_topic", "str", "joint_trajectory_controller/joint_trajectory",
               "trajectory_msgs/JointTrajectory commands (joint trajectory controller semantics)."),
+    ParamSpec("velocity_command_topic", "str", "forward_velocity_controller/commands",
+              "std_msgs/Float64MultiArray joint velocities in joint_states order (a velocity forward_command_controller)."),
     ParamSpec("wait_for_commander_s", "float", 0.0, "Start the first episode only once a node publishes on "
               "trajectory_topic, waiting at most this long (0 = start at once).", low=0.0, high=3600.0),
     ParamSpec("wait_for_listener", "bool", False, "With wait_for_commander_s: also wait until someone subscribes "
@@ -104,6 +107,7 @@ class OxygenSimNode(Node):
         self._labels_pub = self.create_publisher(String, "~/labels", EPISODE_QOS)
         self._labels: tuple[str | None, str | None] | None = None
         self.create_subscription(JointTrajectory, v["trajectory_topic"], self._on_trajectory, RELIABLE)
+        self.create_subscription(Float64MultiArray, v["velocity_command_topic"], self._on_velocity, RELIABLE)
         self.create_timer(1.0 / v["physics_rate_hz"], self._on_physics)
         self.create_timer(1.0 / v["camera_rate_hz"], self._on_camera)
         self.get_logger().info(
@@ -119,7 +123,8 @@ class OxygenSimNode(Node):
         if self._commander_seen or now_s - self._created_s >= self.v["wait_for_commander_s"]:
             return False
         listener = not self.v["wait_for_listener"] or self._episode_pub.get_subscription_count() > 0
-        self._commander_seen = listener and self.count_publishers(self.v["trajectory_topic"]) > 0
+        commanders = self.count_publishers(self.v["trajectory_topic"]) + self.count_publishers(self.v["velocity_command_topic"])
+        self._commander_seen = listener and commanders > 0
         return not self._commander_seen
 
     def _on_physics(self) -> None:
@@ -193,3 +198,12 @@ class OxygenSimNode(Node):
             rejected = episode.rejected[before:] if episode else []
         if rejected:
             self.get_logger().warning(f"trajectory rejected: {rejected[0]}", throttle_duration_sec=2.0)
+
+    def _on_velocity(self, msg: Float64MultiArray) -> None:
+        with self._lock:
+            episode = self.runner.episode
+            before = len(episode.rejected) if episode else 0
+            self.runner.receive_velocity(JOINT_NAMES, list(msg.data), self._now_s())
+            rejected = episode.rejected[before:] if episode else []
+        if rejected:
+            self.get_logger().warning(f"velocity command rejected: {rejected[0]}", throttle_duration_sec=2.0)

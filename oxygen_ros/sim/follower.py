@@ -8,6 +8,9 @@
 * Between points the setpoint is interpolated linearly; after the last point it holds the last point.
 * The joints follow the setpoint within their position limits and at most at their velocity limits
   (a setpoint that moves faster is tracked with a lag, never jumped to).
+
+It also takes a velocity ``forward_command_controller``'s commands (``command_velocity``): the named joints
+move at the commanded velocities (within their limits) until the next command; a trajectory takes them back.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ class TrajectoryFollower:
         self._times = np.zeros(0)
         self._knots = np.zeros((0, n))
         self._now = now_s  # the time of `positions`
+        self._velocity = np.zeros(n)  # commanded velocities of the joints in velocity mode
+        self._by_velocity = np.zeros(n, dtype=bool)  # joints driven by velocity commands, not the setpoint
 
     # ------------------------------------------------------------------------------------ commands
     def command(self, trajectory: TimedTrajectory, now_s: float) -> None:
@@ -74,6 +79,20 @@ class TrajectoryFollower:
             times, positions = times[1:], positions[1:]
         self._times = np.concatenate([old_t, [anchor_t], times])
         self._knots = np.concatenate([old_p, anchor_p[None], positions])
+        self._by_velocity[:] = False
+
+    def command_velocity(self, joint_names: Sequence[str], velocities: Sequence[float], now_s: float) -> None:
+        """A velocity command at ``now_s`` (forward_command_controller: applied at once, held until the next);
+        raises `TrajectoryRejected` for unknown joints, a length mismatch or non-finite values."""
+        values = np.asarray(velocities, dtype=np.float64)
+        unknown = sorted(set(joint_names) - set(self.joint_names))
+        if unknown or values.shape != (len(joint_names),) or not np.all(np.isfinite(values)):
+            raise TrajectoryRejected(f"velocity command of {values.size} values for joints {list(joint_names)} "
+                                     f"(unknown {unknown}) does not fit the robot's {list(self.joint_names)}")  # fmt: skip
+        self.update(now_s)
+        index = [self.joint_names.index(name) for name in joint_names]
+        self._velocity[index] = values
+        self._by_velocity[index] = True
 
     def _order(self, names: Sequence[str]) -> list[int]:
         if sorted(names) != sorted(self.joint_names):
@@ -96,7 +115,9 @@ class TrajectoryFollower:
         self._now = now_s
         target = np.clip(self.setpoint(now_s), self.lower, self.upper)
         step = np.clip(target - self.positions, -self.max_velocity * dt, self.max_velocity * dt)
-        self.positions = self.positions + step
+        driven = np.clip(self._velocity, -self.max_velocity, self.max_velocity) * dt
+        moved = self.positions + np.where(self._by_velocity, driven, step)
+        self.positions = np.where(self._by_velocity, np.clip(moved, self.lower, self.upper), moved)
         return self.positions.copy()
 
     def block(self, measured: np.ndarray, joints: int) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from oxygen_ros.runtime.trajectory import TimedTrajectory
 
 from .episode import DEFAULT_TIME_LIMIT_S, EpisodeSpec, SimEpisode
+from .follower import TrajectoryRejected
 
 NS = 1_000_000_000
 
@@ -89,14 +90,32 @@ class EpisodeRunner:
         self.outcomes.append(end)
         return [end, *self._begin(now_s)]
 
-    def receive(self, trajectory: TimedTrajectory, now_s: float) -> None:
-        """A trajectory arrived at ``now_s``; rejected ones are counted in the episode (``rejected``)."""
+    def _running_episode(self, now_s: float) -> SimEpisode | None:
+        """The episode advanced to ``now_s``, or None (settling or finished: the command is dropped)."""
         ep = self.episode
         t = self.episode_time(now_s)
         if ep is None or t < 0:
             self.dropped += 1
-            return
+            return None
         ep.advance(t)
+        return ep
+
+    def receive_velocity(self, joint_names: tuple[str, ...], velocities: list[float], now_s: float) -> None:
+        """A velocity forward_command_controller's command arrived at ``now_s``; refused ones are counted in
+        the episode (``rejected``)."""
+        ep = self._running_episode(now_s)
+        if ep is None:
+            return
+        try:
+            ep.follower.command_velocity(joint_names, velocities, ep.time_s)
+        except TrajectoryRejected as exc:
+            ep.rejected.append(str(exc))
+
+    def receive(self, trajectory: TimedTrajectory, now_s: float) -> None:
+        """A trajectory arrived at ``now_s``; rejected ones are counted in the episode (``rejected``)."""
+        ep = self._running_episode(now_s)
+        if ep is None:
+            return
         if trajectory.start_time_ns:  # node-clock stamp → the episode's clock (a stamp before it: 1 ns, long past)
             trajectory = replace(trajectory, start_time_ns=max(1, trajectory.start_time_ns - round(self._start_s * NS)))
         ep.deliver(trajectory)
