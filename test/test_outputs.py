@@ -230,3 +230,76 @@ def test_shipped_robot_configs_add_up(tmp_path, robot: str, action_dim: int, con
     adapter = make_adapter(config.embodiment, config.embodiment_options())
     assert (adapter.action_dim or action_dim) == action_dim
     assert S.model_fit_problems(settings, 3, action_dim, adapter.state_dim) == []
+
+
+def test_aloha_checkpoint_reaches_four_controllers_with_openpis_formulas(ros_context, tmp_path) -> None:
+    """The real runtime on an openpi ALOHA folder (embodiment aloha): over DDS each of the four controllers gets
+    its dims of openpi's output (Unnormalize, then AlohaOutputs: flip mask and gripper conversion)."""
+    from test_embodiment import ALOHA_STATE, ref_aloha_actions
+
+    from layouts import REF_TINY, openpi_converted, openpi_norm_stats, random_model, stats_arrays
+    from oxygen_ros.model.tokenizer import train_tokenizer
+    from oxygen_ros.runtime import PolicyRuntime
+    from sensor_msgs.msg import JointState
+
+    from oxygen_ros.interface.convert import ns_to_stamp
+
+    tok = tmp_path / "tok" / "tokenizer.model"
+    train_tokenizer(tok, 400)
+    action = stats_arrays(14, -1.0, 1.5, seed=4)
+    folder = openpi_converted(tmp_path / "pi05_aloha", random_model(REF_TINY.replace(action_dim=16)),
+                              openpi_norm_stats(stats_arrays(14, -1.5, 2.5, seed=3), action), "trossen")  # fmt: skip
+    raw: dict[int, np.ndarray] = {}  # observation stamp -> the model's normalized chunk
+
+    def load(config):  # noqa: ANN001, ANN202
+        runtime = PolicyRuntime.load(config)
+        step = runtime.step
+
+        def recording(frame, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+            result = step(frame, *args, **kwargs)
+            raw[frame.stamp_ns] = result.tick.actions.astype(np.float64)
+            return result
+
+        runtime.step = recording
+        return runtime
+
+    left, right = ",".join(ARMS[:6]), ",".join(ARMS[7:13])
+    values = {"checkpoint": str(folder), "tokenizer": str(tok), "engine_mode": "action_only", "kv_budget_mb": 16.0,
+              "num_threads": 1, "prompt_format": "pi05_state", "embodiment": "aloha", "camera_topics": ["/aloha/cam"],
+              "joint_names": ARMS, "joint_state_topic": "/aloha/joint_states", "default_instruction": "fold the towel",
+              "control_rate_hz": 5.0, "max_observation_age_s": 2.0,
+              "output_names": ["left_arm", "left_gripper", "right_arm", "right_gripper"],
+              "output_types": ["joint_trajectory", "float64_array", "joint_trajectory", "float64_array"],
+              "output_topics": ["/aloha/left_arm_controller/joint_trajectory", "/aloha/left_gripper_controller/commands",
+                                "/aloha/right_arm_controller/joint_trajectory", "/aloha/right_gripper_controller/commands"],
+              "output_dims": ["0..5", "6", "7..12", "13"], "output_joints": [left, ARMS[6], right, ARMS[13]]}  # fmt: skip
+    node = OxygenNode("aloha", runtime_loader=load, parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
+    topics = {"/aloha/left_arm_controller/joint_trajectory": JointTrajectory,
+              "/aloha/right_arm_controller/joint_trajectory": JointTrajectory,
+              "/aloha/left_gripper_controller/commands": Float64MultiArray,
+              "/aloha/right_gripper_controller/commands": Float64MultiArray}  # fmt: skip
+    driver, executor, got, publish_image = drive("aloha", node, topics)
+    joints = driver.create_publisher(JointState, "/aloha/joint_states", qos_profile_sensor_data)
+
+    def publish() -> None:
+        publish_image()
+        msg = JointState(name=ARMS, position=ALOHA_STATE.tolist())
+        msg.header.stamp = ns_to_stamp(driver.get_clock().now().nanoseconds)
+        joints.publish(msg)
+
+    assert spin_until(executor, lambda: all(len(c) >= 2 for c in got.values()), timeout=60, every=(0.05, publish))
+    aq01, aq99 = action["q01"], action["q99"]
+    expected = {stamp: ref_aloha_actions((a[:, :14] + 1.0) / 2.0 * (aq99 - aq01 + 1e-6) + aq01) for stamp, a in raw.items()}
+    for topic, dims in (("/aloha/left_arm_controller/joint_trajectory", slice(0, 6)),
+                        ("/aloha/right_arm_controller/joint_trajectory", slice(7, 13))):  # fmt: skip
+        for msg in got[topic].messages:
+            rows = expected[stamp_to_ns(msg.header.stamp)]
+            np.testing.assert_allclose([p.positions for p in msg.points], rows[: len(msg.points), dims], rtol=0, atol=2e-5)
+    grippers = {6: got["/aloha/left_gripper_controller/commands"].messages,
+                13: got["/aloha/right_gripper_controller/commands"].messages}
+    for dim, messages in grippers.items():
+        candidates = np.concatenate([rows[:, dim] for rows in expected.values()])
+        assert all(np.abs(candidates - m.data[0]).min() < 2e-5 for m in messages)
+    executor.shutdown()
+    node.destroy_node()
+    driver.destroy_node()

@@ -352,3 +352,48 @@ def test_cli_help_and_a_real_process_error(env: SimpleNamespace, capsys: pytest.
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert proc.returncode == 2
     _one_error_line(proc.stderr, "proc_garbage.mcap")
+
+
+def test_offline_replay_writes_every_output_into_the_bag(env: SimpleNamespace, tmp_path: Path) -> None:
+    """Each controller output gets its own topic and message type with exactly its dims: a trajectory per chunk,
+    the streamed rows at the instants they become due (one per step until the next tick)."""
+    outputs = """
+    output_names: [eef, gripper, wrist]
+    output_types: [twist, float64_array, joint_trajectory]
+    output_topics: [/servo_node/delta_twist_cmds, /gripper_controller/commands, /wrist_controller/joint_trajectory]
+    output_dims: ["0..5", "6", "7"]
+    output_joints: ["", finger, wrist]
+    output_frames: [tool0, "", ""]
+    output_scales: [0.5, 1.0, 1.0]
+    output_interfaces: [position, position, velocity]
+    output_binarize: ["", "0.0,0.04,0.0", ""]
+    action_step_period_s: 0.05
+"""
+    params = tmp_path / "outputs.yaml"
+    params.write_text(PARAMS + "\n".join("    " + line.strip() for line in outputs.strip().splitlines()) + "\n")
+    out = tmp_path / "out.mcap"
+    summary = replay_offline(env.bag, out, load_replay_config(params))
+    topics = decoded(out)
+    assert {name: o["topic"] for name, o in summary["topics"]["outputs"].items()} == {
+        "eef": "/servo_node/delta_twist_cmds", "gripper": "/gripper_controller/commands",
+        "wrist": "/wrist_controller/joint_trajectory"}  # fmt: skip
+    assert summary["topics"]["trajectory"] == "" and "/joint_trajectory_controller/joint_trajectory" not in topics
+    chunks = topics["/oxygen_node/action_chunk"]
+    rows = {t: c.data.reshape(c.horizon, c.action_dim) for t, c in chunks}
+    wrist = topics["/wrist_controller/joint_trajectory"]
+    assert len(wrist) == TICKS
+    for t, traj in wrist:
+        assert list(traj.joint_names) == ["wrist"] and all(len(p.positions) == 0 for p in traj.points)
+        np.testing.assert_allclose([p.velocities[0] for p in traj.points], rows[t][:, 7], rtol=1e-6)
+    twists = topics["/servo_node/delta_twist_cmds"]
+    grippers = topics["/gripper_controller/commands"]
+    assert len(twists) == len(grippers) == TICKS * 4  # 4 steps of 50 ms between ticks 200 ms apart
+    tick_times = sorted(rows)
+    for (t, tw), (tg, g) in zip(twists, grippers):
+        tick = max(x for x in tick_times if x <= t)
+        k = (t - tick) // (NS // 20)  # the row due at t: one per 50 ms step from the tick
+        row = rows[tick][k]
+        assert tw.header.frame_id == "tool0" and stamp_to_ns(tw.header.stamp) == t == tg
+        got = [tw.twist.linear.x, tw.twist.linear.y, tw.twist.linear.z, tw.twist.angular.x, tw.twist.angular.y, tw.twist.angular.z]
+        np.testing.assert_allclose(got, 0.5 * row[:6], rtol=1e-6)
+        assert g.data.tolist() == [0.0 if row[6] > 0.0 else 0.04]

@@ -37,6 +37,8 @@ CLOCK = "rosgraph_msgs/msg/Clock"
 JOINT_TRAJECTORY = "trajectory_msgs/msg/JointTrajectory"
 ACTION_CHUNK = "oxygen_ros_msgs/msg/ActionChunk"
 TEXT_DELTA = "oxygen_ros_msgs/msg/TextDelta"
+FLOAT64_ARRAY = "std_msgs/msg/Float64MultiArray"
+TWIST_STAMPED = "geometry_msgs/msg/TwistStamped"
 
 STORAGES = ("mcap", "sqlite3")
 _SUFFIX_STORAGE = {".mcap": "mcap", ".db3": "sqlite3"}

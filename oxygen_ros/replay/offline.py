@@ -36,13 +36,15 @@ from oxygen_ros.interface.convert import (
     text_delta_msg,
 )
 from oxygen_ros.interface.inputs import InputStore, ObservationError
-from oxygen_ros.interface.outputs import JointLimits, to_trajectory_msg
+from oxygen_ros.interface.outputs import float64_array_msg, to_trajectory_msg, twist_msg
 from oxygen_ros.interface.settings import model_fit_problems
 from oxygen_ros.runtime import InputError, PolicyRuntime
-from oxygen_ros.runtime.alignment import ChunkTooLate, aligned_trajectory, replan_due
+from oxygen_ros.runtime.alignment import ChunkTooLate, align_chunk, aligned_trajectory, replan_due
+from oxygen_ros.runtime.outputs import limits_for, stream_rows
 
 from .bagio import (
-    ACTION_CHUNK, COMPRESSED_IMAGE, IMAGE, JOINT_STATE, JOINT_TRAJECTORY, NS_PER_S, STRING, TEXT_DELTA,
+    ACTION_CHUNK, COMPRESSED_IMAGE, FLOAT64_ARRAY, IMAGE, JOINT_STATE, JOINT_TRAJECTORY, NS_PER_S, STRING, TEXT_DELTA,
+    TWIST_STAMPED,
     BagError, BagMessage, BagReader, BagWriter, string_msg,
 )  # fmt: skip
 from .config import ReplayConfig
@@ -107,6 +109,7 @@ class OfflineReplay:
         self.action_s: list[float] = []
         self.deadline_misses = 0
         self.frames = self.chunks = self.trajectories = self.clamped = 0
+        self.output_counts: Counter[str] = Counter({spec.name: 0 for spec in s.outputs})  # messages per output
         self._last_chunk_s: float | None = None  # bag time of the tick of the last chunk (replan)
         self.text: dict[str, list[dict[str, Any]]] = {t.name: [] for t in config.runtime.tasks}
         self._pieces: dict[int, list[str]] = {}
@@ -232,21 +235,44 @@ class OfflineReplay:
             action_latency_s=result.tick.action_s if record else 0.0, engine_mode=runtime.config.engine_mode,
             frame_id=obs.frame_id, latency_s=latency_s, n_action_steps=n_steps,
         )  # fmt: skip
-        traj = None
-        if s.publish_trajectory and s.joint_names:
-            limits = JointLimits(s.joint_limits_lower, s.joint_limits_upper)
-            try:  # the node's rule (time_alignment), so the bag shows what the robot would get
-                timed, clamped = aligned_trajectory(actions, s.joint_names, s.step_period_s, limits, obs.stamp_ns,
-                                                    latency_s, n_steps, runtime.config.time_alignment)  # fmt: skip
-                traj = to_trajectory_msg(timed)
-                self.clamped += clamped
-            except ChunkTooLate:
-                runtime.forget_chunk()
         writer.write(self._out(self.config.action_chunk_topic), ACTION_CHUNK, now_ns, chunk)
         self.chunks += 1
-        if traj is not None:
-            writer.write(self._out(self.config.trajectory_topic), JOINT_TRAJECTORY, now_ns, traj)
-            self.trajectories += 1
+        if s.publish_trajectory and s.outputs:
+            try:  # the node's rules (time_alignment, streaming), so the bag shows what each controller would get
+                self._write_outputs(writer, runtime, actions, obs.stamp_ns, latency_s, now_ns)
+            except ChunkTooLate:
+                runtime.forget_chunk()
+
+    def _write_outputs(self, writer: BagWriter, runtime: PolicyRuntime, actions: np.ndarray, stamp_ns: int,
+                       latency_s: float, now_ns: int) -> None:  # fmt: skip
+        """Every controller output: a trajectory per chunk; a streamed output's rows at the instants they become
+        due, up to the next chunk (the next tick, or n_action_steps steps with replan n_action_steps)."""
+        s, cfg = self.config.settings, runtime.config
+        n_steps = runtime.n_action_steps
+        messages = []
+        for spec in s.outputs:
+            if spec.type != "joint_trajectory":
+                continue
+            limits = limits_for(spec, s.joint_names, s.joint_limits_lower, s.joint_limits_upper)
+            timed, clamped = aligned_trajectory(spec.values(actions), spec.joints, s.step_period_s, limits, stamp_ns,
+                                                latency_s, n_steps, cfg.time_alignment)  # fmt: skip
+            self.clamped += clamped
+            messages.append((now_ns, spec, JOINT_TRAJECTORY, to_trajectory_msg(timed, spec.interface)))
+        streamed = [spec for spec in s.outputs if spec.streamed]
+        if streamed:
+            timing = align_chunk(len(actions), s.step_period_s, stamp_ns, latency_s, n_steps, cfg.time_alignment)
+            until = now_ns + (self.period_ns if cfg.replan == "tick" else round(n_steps * s.step_period_s * NS_PER_S))
+            for row, at in stream_rows(timing.first, timing.times_s, timing.stamp_ns or now_ns, now_ns, until):
+                for spec in streamed:
+                    values = spec.values(actions[row])
+                    if spec.type == "twist":
+                        messages.append((at, spec, TWIST_STAMPED, twist_msg(values, spec.frame, at)))
+                    else:
+                        messages.append((at, spec, FLOAT64_ARRAY, float64_array_msg(values)))
+        for at, spec, msgtype, msg in messages:
+            writer.write(self._out(self.config.topic(spec.topic)), msgtype, at, msg)
+            self.output_counts[spec.name] += 1
+        self.trajectories += sum(1 for _, spec, _, _ in messages if spec.type == "joint_trajectory")
 
     # ------------------------------------------------------------------------------------------ run
     def load_runtime(self) -> PolicyRuntime:
@@ -418,7 +444,10 @@ class OfflineReplay:
             "text": self.text,
             "topics": {
                 "action_chunk": self._out(self.config.action_chunk_topic),
-                "trajectory": self._out(self.config.trajectory_topic) if self.trajectories else "",
+                "trajectory": self._out(self.config.trajectory_topic) if self.trajectories and not s.explicit_outputs else "",
+                "outputs": {spec.name: {"topic": self._out(self.config.topic(spec.topic)), "type": spec.type,
+                                        "dims": list(spec.dims), "messages": self.output_counts[spec.name]}
+                            for spec in s.outputs},
                 "text": {t: self._out(self.config.text_topic(t)) for t in self.text},
                 "final_text": {t: self._out(self.config.final_text_topic(t)) for t in self.text},
             },

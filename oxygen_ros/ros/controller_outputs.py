@@ -18,23 +18,12 @@ from rclpy.qos import QoSProfile
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
-from oxygen_ros.interface.outputs import JointLimits, float64_array_msg, to_trajectory_msg, twist_msg
+from oxygen_ros.interface.outputs import float64_array_msg, to_trajectory_msg, twist_msg
 from oxygen_ros.interface.settings import NodeSettings
 from oxygen_ros.runtime.alignment import align_chunk, aligned_trajectory
-from oxygen_ros.runtime.outputs import TWIST_REPEAT_S, ChunkStream, OutputSpec
+from oxygen_ros.runtime.outputs import TWIST_REPEAT_S, ChunkStream, OutputSpec, limits_for
 
 MSG_TYPES = {"joint_trajectory": JointTrajectory, "float64_array": Float64MultiArray, "twist": TwistStamped}
-
-
-def limits_for(spec: OutputSpec, settings: NodeSettings) -> JointLimits:
-    """Position limits of an output's joints, by name from joint_names' limits (none for velocities)."""
-    if spec.interface != "position" or spec.type == "twist" or not settings.joint_limits_lower:
-        return JointLimits()
-    index = {name: i for i, name in enumerate(settings.joint_names)}
-    if not spec.joints or any(j not in index for j in spec.joints):
-        return JointLimits()
-    return JointLimits(tuple(settings.joint_limits_lower[index[j]] for j in spec.joints),
-                       tuple(settings.joint_limits_upper[index[j]] for j in spec.joints))  # fmt: skip
 
 
 class ControllerOutputs:
@@ -64,8 +53,8 @@ class ControllerOutputs:
         for spec in s.outputs:
             if spec.type != "joint_trajectory":
                 continue
-            values = spec.values(actions)
-            timed, n = aligned_trajectory(values, spec.joints, s.step_period_s, limits_for(spec, s), stamp_ns, latency_s,
+            limits = limits_for(spec, s.joint_names, s.joint_limits_lower, s.joint_limits_upper)
+            timed, n = aligned_trajectory(spec.values(actions), spec.joints, s.step_period_s, limits, stamp_ns, latency_s,
                                           n_action_steps, mode)  # fmt: skip
             clamped += n
             messages.append((spec.name, to_trajectory_msg(timed, spec.interface)))

@@ -22,6 +22,8 @@ from typing import Sequence
 
 import numpy as np
 
+from .trajectory import JointLimits
+
 OUTPUT_TYPES = ("joint_trajectory", "float64_array", "twist")
 INTERFACES = ("position", "velocity")
 STREAMED = ("float64_array", "twist")
@@ -181,6 +183,29 @@ def output_problems(specs: Sequence[OutputSpec], action_dim: int) -> list[str]:
     if specs and left:
         problems.append(f"action dims {left} go to no output (the actions have {action_dim} dims)")
     return problems
+
+
+def limits_for(spec: OutputSpec, joint_names: Sequence[str], lower: Sequence[float], upper: Sequence[float]) -> JointLimits:
+    """Position limits of an output's joints, by name from ``joint_names``' limits (none for velocities)."""
+    if spec.interface != "position" or spec.type == "twist" or not lower:
+        return JointLimits()
+    index = {name: i for i, name in enumerate(joint_names)}
+    if not spec.joints or any(j not in index for j in spec.joints):
+        return JointLimits()
+    return JointLimits(tuple(lower[index[j]] for j in spec.joints), tuple(upper[index[j]] for j in spec.joints))
+
+
+def stream_rows(timing_first: int, times_s: Sequence[float], start_ns: int, from_ns: int, until_ns: int) -> list[tuple[int, int]]:
+    """(row, instant) of each row that becomes due in [from_ns, until_ns): row ``first + k`` from
+    ``start + times_s[k - 1]`` (the first one at once) — what a streamed output sends, for offline replay."""
+    out = []
+    for k in range(len(times_s)):
+        due = start_ns + (round(times_s[k - 1] * 1e9) if k else 0)
+        end = start_ns + round(times_s[k] * 1e9)
+        at = max(due, from_ns)
+        if at < until_ns and end > from_ns:
+            out.append((timing_first + k, at))
+    return out
 
 
 class ChunkStream:
