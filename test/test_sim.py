@@ -12,7 +12,8 @@ from oxygen_ros.sim.dataset import (
 )  # fmt: skip
 from oxygen_ros.sim.episode import EpisodeSpec, SimEpisode
 from oxygen_ros.sim.evaluate import eval_specs
-from oxygen_ros.sim.expert import SUBTASKS, expert_chunk, memory_text, subtask_text, track
+from oxygen_ros.sim.expert import SUBTASKS, expert_chunk, memory_text, object_names, subtask_text, track
+from oxygen_ros.sim.phrasing import target_in
 from oxygen_ros.sim.render import render
 from oxygen_ros.runtime.trajectory import trajectory_points
 from oxygen_ros.sim.scene import (
@@ -133,7 +134,13 @@ def test_expert_samples_are_deterministic_and_use_training_seeds_only() -> None:
     assert len(s.images) == len(CAMERA_NAMES) and s.images[0].shape == (32, 32, 3)
     assert s.state.shape == (STATE_DIM,) and s.actions.shape == (10, STATE_DIM)
     words = set(vocabulary())
-    assert all(x.instruction in words and x.texts["language"] in words and x.texts["memory"] in words for x in a)
+    names = set(object_names())
+    # instructions as people type them, each naming an object; the texts from the vocabulary (or, for an absent
+    # object, the listing of what is there); every sample asks a question
+    assert all(target_in(x.instruction) in names and x.texts["language"] in words for x in a)
+    assert all(x.texts["memory"] in words or set(x.texts["memory"].split(", ")) <= names for x in a)
+    assert all(x.question and x.texts["ask"] for x in a)
+    assert len({x.instruction for x in a}) > 10
     seeds = [next(training_seeds(k)) for k in range(20)]
     assert min(seeds) >= TRAIN_SEED_BASE and len(set(seeds)) == 20
     c = [s for _, s in zip(range(5), expert_samples(8, 10, 0.2, 32))]
@@ -244,14 +251,19 @@ def test_each_tick_adds_one_sample_per_other_goal_with_its_own_expert_labels() -
     own = expert_chunk(episode.scene, episode.target, 10, 0.2)
     samples = tick_samples(episode, own, None, 32, 10, 0.2, rng)
     scene = episode.scene
-    assert len(samples) == len(scene.objects) and np.array_equal(samples[0].actions, own)
-    assert samples[0].instruction == spec.instruction
-    for sample in samples[1:]:
-        named = [i for i, o in enumerate(scene.objects) if o.name in sample.instruction]
+    n = len(scene.objects)
+    assert len(samples) in (n, n + 1) and np.array_equal(samples[0].actions, own)
+    assert target_in(samples[0].instruction) == spec.target_name
+    for sample in samples[1:n]:
+        named = [i for i, o in enumerate(scene.objects) if o.name == target_in(sample.instruction)]
         assert len(named) == 1 and named[0] != episode.target
         assert sample.texts["language"] == subtask_text(scene, named[0])
         assert np.array_equal(sample.actions, expert_chunk(scene, named[0], 10, 0.2))
         assert all(a is b for a, b in zip(sample.images, samples[0].images)) and np.array_equal(sample.state, samples[0].state)
+    for sample in samples[n:]:  # an absent object named: stay where it is, and say so
+        missing = target_in(sample.instruction)
+        assert scene.find(missing) is None and sample.texts["language"] == f"no {missing} here"
+        assert np.allclose(sample.actions, np.broadcast_to(episode.state, sample.actions.shape))
     assert len({s.instruction for s in samples}) == len(samples)
     while episode.scene.held is None:  # run the clean expert until it holds the target
         episode.deliver(trajectory_points(expert_chunk(episode.scene, episode.target, 10, 0.2), JOINT_NAMES, 0.2)[0])
@@ -291,13 +303,13 @@ def test_target_uvs_are_where_the_named_object_is_drawn_in_each_view() -> None:
         scene = episode.scene
         samples = tick_samples(episode, expert_chunk(scene, episode.target, 10, 0.2), None, 64, 10, 0.2,
                                np.random.default_rng(0))  # fmt: skip
-        assert len(samples) == len(scene.objects) >= 2
+        assert len(samples) >= len(scene.objects) >= 2
         for view, camera in enumerate(CAMERA_NAMES):
             full = render(scene, camera, 64).astype(int)
             for sample in samples:
                 if sample.target_uvs[view] is None:
                     continue
-                [named] = [i for i, o in enumerate(scene.objects) if o.name in sample.instruction]
+                [named] = [i for i, o in enumerate(scene.objects) if o.name == target_in(sample.instruction)]
                 without = scene.copy()
                 without.objects = [o for i, o in enumerate(without.objects) if i != named]
                 rows, cols = np.nonzero(np.abs(render(without, camera, 64).astype(int) - full).sum(axis=2))

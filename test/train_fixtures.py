@@ -26,6 +26,7 @@ class FakeSample:
     instruction: str
     texts: dict[str, str]
     target_uvs: tuple[tuple[float, float] | None, ...] = ()  # the square's centre in each view, as fractions
+    question: str = ""  # every other sample asks where the object is (texts["ask"] answers), the others nothing
 
 
 def _centre(size: int, xy: np.ndarray, half: int) -> np.ndarray:
@@ -69,6 +70,8 @@ def _episode(rng: np.random.Generator, horizon: int, control_period_s: float, im
                 "language": f"{phase} the {colour} {kind}",
                 "memory": f"the {colour} {kind} is on the table",
                 "location": ("near " if xy[1] < 0.5 else "far ") + ("left" if xy[0] < 0.5 else "right"),
+                **({"ask": "on the left" if xy[0] < 0.5 else "on the right"} if step % 2 else {}),
             },
+            question=f"where is the {colour} {kind}?" if step % 2 else "",
         )
         state = chunk[0]

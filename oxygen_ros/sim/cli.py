@@ -4,11 +4,13 @@
     oxygen-sim eval --episodes 20 --seed 0 --engine-mode sequential
     oxygen-sim eval --params-file my.yaml --latency 0.1 --time-alignment none --json-out episodes.json
     oxygen-sim eval --episodes 20 --replan tick                  # a new chunk every tick instead of the file's
+    oxygen-sim eval --episodes 50 --seed 10000 --family all --questions 2   # success per family, answer_accuracy
+    oxygen-sim eval --brightness 1.0 1.2 --contrast 0.8 --distractor same_colour --template-file my_templates.txt
     oxygen-sim chunking --episodes 20 --out docs/rtc                 # naive / aligned / aligned+RTC at 0-300 ms
     oxygen-sim expert --episodes 50 --seed 0                     # the scripted expert's own success rate
 
 The last line printed is one JSON object (success_rate, mean_time_to_success_s, narration_accuracy,
-memory_accuracy, chunks, episodes, ...). Held-out evaluation seeds are in [0, 1_000_000); training uses
+memory_accuracy, answer_accuracy, success_by_family, chunks, episodes, ...). Held-out evaluation seeds are in [0, 1_000_000); training uses
 the seeds above.
 """
 
@@ -31,7 +33,10 @@ from oxygen_ros.runtime.paths import with_resolved_paths
 from oxygen_ros.runtime.trajectory import JointLimits
 
 from .dataset import expert_episode
-from .episode import EpisodeSpec
+from .episode import EVAL_FAMILIES, SCENE_FAMILIES, EpisodeSpec
+from .phrasing import FAMILIES, SPLITS
+from .scene import MAX_OBJECTS, Scene
+from .variation import DISTRACTORS, Lighting
 from .evaluate import EvalSettings, deterministic_config, eval_specs, evaluate, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,6 +78,42 @@ def _config_from_args(args: argparse.Namespace) -> tuple[RuntimeConfig, EvalSett
     return config, settings
 
 
+def _pair(values: list[float] | None, flag: str) -> tuple[float, float] | None:
+    """One value for both cameras or one per camera (base, wrist)."""
+    if values is None:
+        return None
+    if len(values) not in (1, 2) or any(v <= 0 for v in values):
+        raise ValueError(f"{flag} takes one or two positive factors (base, wrist), got {values}")
+    return (values[0], values[-1])
+
+
+def varied_specs(args: argparse.Namespace) -> list[EpisodeSpec]:
+    """The episodes of the command line: per family (or instruction, or template file) the seeds' episodes,
+    then the lighting, distractor and object count it sets for all of them (ValueError on a bad value)."""
+    seeds = [s.seed for s in eval_specs(args.seed, args.episodes)]
+    n = args.num_objects
+    if n is not None:
+        Scene.random(0, n)  # refuses counts the generator cannot place
+    if args.instruction is not None:
+        specs = [EpisodeSpec.with_instruction(s, args.instruction, n) for s in seeds]
+    elif args.template_file:
+        lines = [t.strip("\n") for t in Path(args.template_file).read_text().splitlines() if t.strip()]
+        bad = [t for t in lines if "{}" not in t]
+        if not lines or bad:
+            raise ValueError(f"{args.template_file}: every line needs '{{}}' where the object's name goes ({bad[:1] or 'empty file'})")
+        specs = [EpisodeSpec.with_template(s, lines[i % len(lines)], n) for i, s in enumerate(seeds)]
+    else:
+        families = list(EVAL_FAMILIES) if args.family == ["all"] else (args.family or ["plain"])
+        specs = [EpisodeSpec.for_family(s, f, args.split, n) for f in families for s in seeds]
+    brightness, contrast = _pair(args.brightness, "--brightness"), _pair(args.contrast, "--contrast")
+    if brightness or contrast:
+        specs = [dataclasses.replace(s, lighting=Lighting(brightness or s.lighting.brightness, contrast or s.lighting.contrast))
+                 for s in specs]  # fmt: skip
+    if args.distractor:
+        specs = [dataclasses.replace(s, distractor=args.distractor) for s in specs]
+    return specs
+
+
 def _eval(args: argparse.Namespace) -> int:
     from oxygen_ros.runtime import PolicyRuntime
 
@@ -85,13 +126,12 @@ def _eval(args: argparse.Namespace) -> int:
         settings, latency_s=args.latency, time_alignment=args.time_alignment or "",
         blank_cameras=args.blank_cameras, time_limit_s=args.time_limit,
     )  # fmt: skip
+    settings = dataclasses.replace(settings, questions=args.questions, question_split=args.split)
     try:
-        specs = eval_specs(args.seed, args.episodes)
-    except ValueError as exc:
+        specs = varied_specs(args)
+    except (OSError, ValueError) as exc:
         print(f"oxygen-sim: {exc}", file=sys.stderr)
         return 2
-    if args.instruction is not None:
-        specs = [EpisodeSpec.with_instruction(s.seed, args.instruction) for s in specs]
     try:
         runtime = PolicyRuntime.load(config)
     except RuntimeLoadError as exc:
@@ -107,7 +147,8 @@ def _eval(args: argparse.Namespace) -> int:
     summary["seed"] = args.seed
     if args.json_out:
         episodes = [{
-            "seed": r.spec.seed, "instruction": r.spec.instruction, "target": r.spec.target_name, "place": r.place,
+            "seed": r.spec.seed, "family": r.spec.family, "instruction": r.spec.instruction, "target": r.spec.target_name,
+            "place": r.place, "absent": r.absent, "distractor": r.spec.distractor, "lighting": vars(r.spec.lighting),
             "success": r.success,
             "time_to_success_s": r.time_to_success_s, "chunks": r.chunks, "jerk_rms": r.jerk_rms,
             "switch_jumps": r.switch_jumps, "texts": [vars(t) for t in r.texts],
@@ -191,6 +232,17 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--blank-cameras", action="store_true", help="black camera images (does the policy use vision?)")
     ev.add_argument("--time-limit", type=float, default=12.0, help="seconds per episode")
     ev.add_argument("--instruction", help="use this instruction in every episode (any text)")
+    ev.add_argument("--family", nargs="+", choices=[*EVAL_FAMILIES, "all"], metavar="FAMILY",
+                    help="run the seeds' episodes once per family: instruction phrasings (" + ", ".join(FAMILIES)
+                    + ") or scene variations (" + ", ".join(SCENE_FAMILIES) + "); 'all' for every one (default: plain)")
+    ev.add_argument("--split", choices=list(SPLITS), default="held_out",
+                    help="words of the phrasing families and questions: the training data's or held-out ones (default %(default)s)")
+    ev.add_argument("--template-file", help="instruction templates, one a line, '{}' where the object's name goes")
+    ev.add_argument("--brightness", type=float, nargs="+", metavar="F", help="image gain, both cameras or base and wrist")
+    ev.add_argument("--contrast", type=float, nargs="+", metavar="F", help="contrast around the image mean, both or base and wrist")
+    ev.add_argument("--distractor", choices=list(DISTRACTORS), help="one more object: the named one's colour or its kind")
+    ev.add_argument("--num-objects", type=int, help=f"objects per scene (1-{MAX_OBJECTS}; default: drawn by the seed)")
+    ev.add_argument("--questions", type=int, default=0, help="questions asked per episode through the ask path (answer_accuracy)")
     ev.add_argument("--num-threads", type=int, help="torch CPU threads")
     _add_execution_args(ev)
     ev.add_argument("--json-out", help="write the summary and every episode's details here")
@@ -223,6 +275,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in ("eval", "chunking") and args.episodes < 1:
         print("oxygen-sim: --episodes must be >= 1", file=sys.stderr)
+        return 2
+    if args.command == "eval" and sum(x is not None for x in (args.instruction, args.template_file, args.family)) > 1:
+        print("oxygen-sim: choose one of --instruction, --template-file and --family", file=sys.stderr)
+        return 2
+    if args.command == "eval" and args.questions < 0:
+        print("oxygen-sim: --questions must be >= 0", file=sys.stderr)
         return 2
     if args.command == "eval":
         return _eval(args)

@@ -29,15 +29,19 @@ find the instruction's colour in the images instead of memorizing the scenes it 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from oxygen_ros.engine import ASK_TASK
 from oxygen_ros.runtime.trajectory import trajectory_points
 
 from .episode import EpisodeSpec, SimEpisode
 from .expert import all_texts, expert_chunk, instruction_for, location_text, memory_text, subtask_index, subtask_text
+from .phrasing import FAMILIES, phrase
+from .questions import all_answers, answer, draw_question
 from .render import CAMERA_NAMES, render_views, view_fraction
+from .variation import DISTRACTORS, Lighting, absent_name
 from .scene import ARM_JOINTS, COLOURS, JOINT_LOWER, JOINT_NAMES, JOINT_UPPER, STATE_DIM, Scene
 
 __all__ = [
@@ -52,9 +56,9 @@ EVAL_SEED_LIMIT = TRAIN_SEED_BASE  # ... held-out evaluation seeds are in [0, EV
 TASK_NAMES = ("language", "memory")  # the text tasks the demo serves (config/demo_policy.yaml)
 EXTRA_TICKS_AFTER_SUCCESS = 2  # keep demonstrating the lift a little past the success instant
 
-TEXTS: dict[str, Callable[[Scene, int | None], str | None]] = {
+TEXTS: dict[str, Callable[[Scene, int | None, str | None], str | None]] = {
     "language": subtask_text, "memory": memory_text, "location": location_text,
-}  # the keys of DemoSample.texts
+}  # the keys of DemoSample.texts, besides ASK_TASK: the answer to the sample's question
 TRAINING_TASK_NAMES = tuple(TEXTS)  # the served tasks + the co-training localization
 CLEAN_SHARE = 0.3  # episodes executed without noise
 NOISE_RAD = (0.01, 0.06)  # range of the per-episode arm noise scale (rad, on the executed chunk)
@@ -62,6 +66,10 @@ NOISY_TICK_P = 0.5  # share of a noisy episode's ticks whose executed chunk is o
 GRIPPER_NOISE_M = 0.02
 DROP_CHUNK_P = 0.08
 DETOUR_P = 0.4  # episodes whose robot first heads for another object, labelled with the way to the named one
+PLAIN_P = 0.3  # samples whose instruction is a plain template; the others draw a phrasing family (phrasing.py)
+LIGHTING_P = 0.7  # ticks whose images are lit differently (variation.Lighting.random, per camera)
+DISTRACTOR_P = 0.3  # episodes with a distractor of the named object's colour or kind
+ABSENT_P = 0.3  # ticks (holding nothing) that also yield a sample naming an absent object: stay, say so
 
 
 @dataclass(frozen=True)
@@ -70,15 +78,17 @@ class DemoSample:
     state: np.ndarray  # [STATE_DIM] float32: arm joint positions + gripper opening
     actions: np.ndarray  # [horizon, STATE_DIM] float32: absolute joint targets at t + (i + 1)·dt
     instruction: str  # e.g. "pick up the red cup"
-    texts: dict[str, str]  # {"language": current subtask, "memory": scene note, "location": "far left"}
+    texts: dict[str, str]  # {"language": current subtask, "memory": scene note, "location": "far left", "ask": answer}
     # per camera (CAMERA_NAMES order): where the named object's centre appears in its image, as fractions (u
     # across, v down) of its width and height; None where it is out of view or the instruction names no object
     target_uvs: tuple[tuple[float, float] | None, ...] = ()
+    question: str = ""  # a question about the scene, answered by texts["ask"] ("" = none)
 
 
 def vocabulary() -> list[str]:
-    """Every instruction and text the data can contain (train the tokenizer on these)."""
-    return sorted({t for texts in all_texts().values() for t in texts})
+    """Every plain instruction, text and answer the data can contain (train the tokenizer on these; the
+    phrasings and questions of the data reach it through the samples)."""
+    return sorted({t for texts in all_texts().values() for t in texts} | set(all_answers()))
 
 
 def training_seeds(seed: int, stream: int = 0) -> Iterator[int]:
@@ -116,37 +126,61 @@ def _painted(scene: Scene, permutation: np.ndarray | None) -> Scene:
     return painted
 
 
+def _said(name: str, rng: np.random.Generator) -> str:
+    """An instruction naming ``name``: a plain template, or often a phrasing family's."""
+    if rng.random() < PLAIN_P:
+        return instruction_for(name, int(rng.integers(3)))
+    return phrase(name, FAMILIES[1 + int(rng.integers(len(FAMILIES) - 1))], rng, "train")
+
+
 def _goal_sample(painted: Scene, images: tuple[np.ndarray, ...], goal: int | None, instruction: str, state: np.ndarray,
-                 actions: np.ndarray) -> DemoSample:
-    """A sample of the (painted) scene labelled for ``goal``."""
-    texts = {name: text(painted, goal) or "" for name, text in TEXTS.items()}
+                 actions: np.ndarray, name: str | None = None, rng: np.random.Generator | None = None) -> DemoSample:
+    """A sample of the (painted) scene labelled for ``goal`` (None: the absent object ``name``), with a question
+    about the scene drawn from ``rng``."""
+    texts = {task: text(painted, goal, name) or "" for task, text in TEXTS.items()}
     uvs: tuple[tuple[float, float] | None, ...] = (None,) * len(CAMERA_NAMES)
     if goal is not None:
         named = painted.objects[goal]
         centre = named.position + np.array([0.0, 0.0, named.height / 2])
         uvs = tuple(view_fraction(painted, camera, centre) for camera in CAMERA_NAMES)
-    return DemoSample(images=images, state=state, actions=actions, instruction=instruction, texts=texts, target_uvs=uvs)
+    question = ""
+    if rng is not None:
+        asked = draw_question(painted, rng)
+        question, texts[ASK_TASK] = asked.text, answer(painted, asked)
+    return DemoSample(images=images, state=state, actions=actions, instruction=instruction, texts=texts, target_uvs=uvs,
+                      question=question)  # fmt: skip
 
 
 def tick_samples(episode: SimEpisode, actions: np.ndarray, permutation: np.ndarray | None, image_size: int,
                  horizon: int, control_period_s: float, rng: np.random.Generator | None = None) -> list[DemoSample]:
     """The samples of the episode's current tick: its own (instruction, texts, ``actions``), then with ``rng``
-    (while nothing is held) one per other object of the scene as the goal; one rendering, seen painted by
-    ``permutation``."""
+    (while nothing is held) one per other object of the scene as the goal, and now and then one naming an
+    absent object (labelled to stay where it is); one rendering, seen painted by ``permutation`` and, with
+    ``rng``, often under other lighting. With ``rng`` the instructions are phrased as people type them and
+    every sample carries a question and its answer."""
     scene, target = episode.scene, episode.target
     painted = _painted(scene, permutation)
     images = render_views(painted, image_size)
-    instruction = episode.spec.instruction
+    if rng is not None and rng.random() < LIGHTING_P:
+        images = Lighting.random(rng).apply(images)
+    name = painted.objects[target].name if target is not None else episode.spec.target_name
+    said = episode.spec.instruction  # without rng: the episode's own words, in the painted colours
     if target is not None:
-        instruction = instruction.replace(scene.objects[target].name, painted.objects[target].name)
-    samples = [_goal_sample(painted, images, target, instruction, episode.state, actions)]
-    if rng is None or target is None or scene.held is not None:
+        said = said.replace(scene.objects[target].name, painted.objects[target].name)
+    if rng is not None and name:
+        said = _said(name, rng)
+    samples = [_goal_sample(painted, images, target, said, episode.state, actions, name, rng)]
+    if rng is None or scene.held is not None:
         return samples
     for goal in range(len(scene.objects)):
         if goal != target:
             labels = expert_chunk(scene, goal, horizon, control_period_s)
-            said = instruction_for(painted.objects[goal].name, int(rng.integers(3)))
-            samples.append(_goal_sample(painted, images, goal, said, episode.state, labels))
+            samples.append(_goal_sample(painted, images, goal, _said(painted.objects[goal].name, rng), episode.state,
+                                        labels, rng=rng))  # fmt: skip
+    if target is not None and rng.random() < ABSENT_P:
+        missing = absent_name(painted, rng)
+        still = expert_chunk(scene, None, horizon, control_period_s)
+        samples.append(_goal_sample(painted, images, None, _said(missing, rng), episode.state, still, missing, rng))
     return samples
 
 
@@ -163,8 +197,10 @@ def episode_samples(episode_seed: int, horizon: int, control_period_s: float, im
     """The samples of one episode (noise on unless ``noisy`` says otherwise or the seed draws a clean one;
     colours randomized per tick and goal alternatives unless ``recolour`` / ``relabel`` is False)."""
     spec = EpisodeSpec.from_seed(episode_seed)
-    episode = SimEpisode(spec, control_period_s, stop_on_success=False)
     rng = np.random.default_rng([episode_seed, 11])
+    if relabel and rng.random() < DISTRACTOR_P:
+        spec = replace(spec, distractor=DISTRACTORS[int(rng.integers(len(DISTRACTORS)))])
+    episode = SimEpisode(spec, control_period_s, stop_on_success=False)
     clean = rng.random() < CLEAN_SHARE if noisy is None else not noisy
     scale = 0.0 if clean else rng.uniform(*NOISE_RAD)
     extra = EXTRA_TICKS_AFTER_SUCCESS

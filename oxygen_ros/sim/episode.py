@@ -8,43 +8,84 @@ checked. No ROS here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from oxygen_ros.runtime.trajectory import TimedTrajectory
 
-from .expert import SUBSTEP_S, instruction_for, location_text, memory_text, object_names, subtask_text
+from .expert import SUBSTEP_S, instruction_for, location_text, memory_text, subtask_text
+from .phrasing import FAMILIES, phrase, target_in
 from .follower import TrajectoryFollower, TrajectoryRejected
 from .render import render_views
+from .variation import DISTRACTORS, Lighting, absent_name, add_distractor
 from .scene import ARM_JOINTS, JOINT_LOWER, JOINT_NAMES, JOINT_UPPER, MAX_VELOCITY, Scene
 
 DEFAULT_TIME_LIMIT_S = 12.0
 
 
+SCENE_FAMILIES = ("lighting", *DISTRACTORS, "absent")
+EVAL_FAMILIES = (*FAMILIES, *SCENE_FAMILIES)  # what `oxygen-sim eval --family` accepts
+
+
 @dataclass(frozen=True)
 class EpisodeSpec:
-    """What an episode is: the scene's seed and the instruction (naming an object, present or not)."""
+    """What an episode is: the scene's seed and the instruction (naming an object, present or not), and what a
+    user may vary: the family the episode belongs to, a distractor, the lighting, the number of objects."""
 
     seed: int
     instruction: str
     target_name: str | None  # the object the instruction names; None when it names none we know
+    family: str = "plain"
+    distractor: str = ""  # "", "same_colour" or "same_kind" (variation.add_distractor)
+    lighting: Lighting = Lighting()
+    num_objects: int | None = None  # None: drawn by the seed
 
     @classmethod
-    def from_seed(cls, seed: int) -> "EpisodeSpec":
+    def from_seed(cls, seed: int, num_objects: int | None = None) -> "EpisodeSpec":
         """A scene from ``seed`` and an instruction naming one of its objects, both drawn from the seed."""
-        scene = Scene.random(seed)
+        scene = Scene.random(seed, num_objects)
         rng = np.random.default_rng([seed, 7])
         target = scene.objects[int(rng.integers(len(scene.objects)))].name
-        return cls(seed, instruction_for(target, int(rng.integers(3))), target)
+        return cls(seed, instruction_for(target, int(rng.integers(3))), target, num_objects=num_objects)
 
     @classmethod
-    def with_instruction(cls, seed: int, instruction: str) -> "EpisodeSpec":
-        """The scene of ``seed`` with any instruction text; its target is the first object name it contains
-        (which may be absent from the scene: the episode then cannot succeed)."""
-        lowered = " ".join(instruction.lower().split())
-        found = [(lowered.find(n), n) for n in object_names() if n in lowered]
-        return cls(seed, instruction, min(found)[1] if found else None)
+    def with_instruction(cls, seed: int, instruction: str, num_objects: int | None = None) -> "EpisodeSpec":
+        """The scene of ``seed`` with any instruction text; its target is the first object it names (any case
+        or punctuation, kind synonyms read as their kind), which may be absent from the scene."""
+        return cls(seed, instruction, target_in(instruction), family="instruction", num_objects=num_objects)
+
+    @classmethod
+    def for_family(cls, seed: int, family: str, split: str = "held_out", num_objects: int | None = None) -> "EpisodeSpec":
+        """The episode of ``seed`` varied as ``family`` says (an instruction family of `phrasing.py` or one of
+        SCENE_FAMILIES), words from ``split``; "plain" is ``from_seed`` itself."""
+        base = cls.from_seed(seed, num_objects)
+        rng = np.random.default_rng([seed, 23])
+        if family == "plain":
+            return base
+        if family in FAMILIES:
+            return replace(base, instruction=phrase(base.target_name, family, rng, split), family=family)
+        if family == "lighting":
+            return replace(base, lighting=Lighting.random(rng), family=family)
+        if family in DISTRACTORS:
+            return replace(base, distractor=family, family=family)
+        if family == "absent":
+            name = absent_name(base.scene(), rng)
+            return replace(base, instruction=instruction_for(name, int(rng.integers(3))), target_name=name, family=family)
+        raise ValueError(f"unknown family {family!r}; choose from {', '.join(EVAL_FAMILIES)}")
+
+    @classmethod
+    def with_template(cls, seed: int, template: str, num_objects: int | None = None) -> "EpisodeSpec":
+        """The episode of ``seed`` with its named object put into ``template`` ("{}" marks where)."""
+        base = cls.from_seed(seed, num_objects)
+        return replace(base, instruction=template.replace("{}", base.target_name or ""), family="template")
+
+    def scene(self) -> Scene:
+        """The episode's scene: the seed's, with the distractor if it has one."""
+        scene = Scene.random(self.seed, self.num_objects)
+        if self.distractor and self.target_name:
+            add_distractor(scene, self.target_name, self.distractor, np.random.default_rng([self.seed, 17]))
+        return scene
 
 
 @dataclass
@@ -66,6 +107,7 @@ class SimEpisode:
     target: int | None = field(init=False)
     time_s: float = 0.0
     success_time_s: float | None = None
+    lifted_any_s: float | None = None  # when any object was first lifted (the wrong one, or one where none was named)
     rejected: list[str] = field(default_factory=list)
     switches: list[SwitchRecord] = field(default_factory=list)
     joint_log: list[np.ndarray] = field(default_factory=list)  # measured joints after every physics step
@@ -73,26 +115,39 @@ class SimEpisode:
     _steps: int = 0  # physics steps so far (time_s = _steps * SUBSTEP_S, no drift)
 
     def __post_init__(self) -> None:
-        self.scene = Scene.random(self.spec.seed)
+        self.scene = self.spec.scene()
         self.target = self.scene.find(self.spec.target_name) if self.spec.target_name else None
         self.follower = TrajectoryFollower(JOINT_NAMES, self.scene.q, MAX_VELOCITY, JOINT_LOWER, JOINT_UPPER)
         self.joint_log.append(self.scene.q.copy())
 
     # ---------------------------------------------------------------------------------- observation
     def images(self, size: int) -> tuple[np.ndarray, ...]:
-        return render_views(self.scene, size)
+        """Both camera images under the episode's lighting."""
+        return self.spec.lighting.apply(render_views(self.scene, size))
 
     @property
     def state(self) -> np.ndarray:
         return self.scene.q.astype(np.float32)
 
     @property
+    def absent(self) -> bool:
+        """The instruction names an object this scene does not hold."""
+        return self.target is None and self.spec.target_name is not None
+
+    @property
     def subtask(self) -> str | None:
-        return subtask_text(self.scene, self.target)
+        return subtask_text(self.scene, self.target, self.spec.target_name)
 
     @property
     def memory(self) -> str | None:
-        return memory_text(self.scene, self.target)
+        return memory_text(self.scene, self.target, self.spec.target_name)
+
+    @property
+    def succeeded(self) -> bool:
+        """The named object lifted; where it is absent, nothing lifted (judged at the end of the episode)."""
+        if self.absent:
+            return self.lifted_any_s is None and self.done
+        return self.success_time_s is not None
 
     @property
     def location(self) -> str | None:
@@ -100,7 +155,7 @@ class SimEpisode:
 
     @property
     def done(self) -> bool:
-        succeeded = self.stop_on_success and self.success_time_s is not None
+        succeeded = self.stop_on_success and (self.success_time_s is not None or (self.absent and self.lifted_any_s is not None))
         return succeeded or self.time_s >= self.time_limit_s - 1e-9
 
     # ----------------------------------------------------------------------------------- commands
@@ -137,6 +192,8 @@ class SimEpisode:
             self.joint_log.append(self.scene.q.copy())
             if self.success_time_s is None and self.target is not None and self.scene.lifted(self.target):
                 self.success_time_s = self.time_s
+            if self.lifted_any_s is None and self.scene.lifted(self.scene.held):
+                self.lifted_any_s = self.time_s
         self._receive_due(self.time_s)
 
     # -------------------------------------------------------------------------------------- metrics

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from oxygen_ros.engine import ASK_TASK
 from oxygen_ros.engine.types import TextEvent
 from oxygen_ros.runtime import InputError, PolicyRuntime
 from oxygen_ros.runtime.alignment import ChunkTooLate, aligned_trajectory, replan_due
@@ -28,8 +29,10 @@ from oxygen_ros.runtime.trajectory import JointLimits
 
 from .dataset import CONTROL_PERIOD_S, EVAL_SEED_LIMIT
 from .episode import DEFAULT_TIME_LIMIT_S, EpisodeSpec, SimEpisode
+from .questions import answer, draw_question
 from .scene import JOINT_LOWER, JOINT_NAMES, JOINT_UPPER
 
+QUESTION_MAX_TOKENS = 8  # the longest true answer ("yellow block") is about four tokens
 DEFAULT_TOKENS_PER_FRAME = 4  # decode steps per tick when the configuration says "fill the slack" (0)
 NS = 1_000_000_000
 
@@ -42,6 +45,8 @@ class EvalSettings:
     time_alignment: str = ""  # "stamp" | "drop" | "none" (runtime/alignment.py); "" = the runtime configuration's
     time_limit_s: float = DEFAULT_TIME_LIMIT_S
     blank_cameras: bool = False  # black images instead of the rendered ones (does the policy use vision?)
+    questions: int = 0  # questions asked per episode through the runtime's ask path (questions.py), 0 = none
+    question_split: str = "held_out"  # phrasings of the questions: "train" or "held_out"
     joint_names: tuple[str, ...] = JOINT_NAMES
     limits: JointLimits = JointLimits(tuple(JOINT_LOWER), tuple(JOINT_UPPER))
 
@@ -76,6 +81,7 @@ class EpisodeResult:
     jerk_rms: float = 0.0
     rejected: list[str] = field(default_factory=list)
     place: str | None = None  # where the named object stood at the start ("far left"; None: not in the scene)
+    absent: bool = False  # the instruction named an object the scene does not hold (success: nothing lifted)
 
     def accuracy(self, task: str) -> tuple[int, int]:
         """(correct, counted) finished outputs of ``task`` whose frame had a label."""
@@ -95,6 +101,7 @@ class _TextCollector:
 
     def __init__(self, labels: dict[int, dict[str, str | None]]) -> None:
         self.labels = labels
+        self.answers: dict[int, str] = {}  # request id of a question -> its true answer at the frame it was asked
         self.parts: dict[int, list[str]] = {}
         self.records: list[TextRecord] = []
 
@@ -104,7 +111,10 @@ class _TextCollector:
             if ev.final:
                 text = "".join(self.parts.pop(ev.request_id))
                 if ev.finish_reason != "cancelled":
-                    label = self.labels.get(ev.frame_seq, {}).get(ev.task)
+                    if ev.task == ASK_TASK:
+                        label = self.answers.get(ev.request_id)
+                    else:
+                        label = self.labels.get(ev.frame_seq, {}).get(ev.task)
                     self.records.append(TextRecord(ev.task, text, label, ev.frame_seq))
 
 
@@ -131,7 +141,9 @@ def run_episode(
     episode = SimEpisode(spec, settings.control_period_s, settings.time_limit_s)
     labels: dict[int, dict[str, str | None]] = {}
     text = _TextCollector(labels)
-    result = EpisodeResult(spec, False, None, 0.0, 0, 0, place=episode.location)
+    result = EpisodeResult(spec, False, None, 0.0, 0, 0, place=episode.location, absent=episode.absent)
+    ask_at = {1 + 3 * i for i in range(settings.questions)}  # the chunks before which a question is asked
+    question_rng = np.random.default_rng([spec.seed, 29])
     size = runtime.image_size
     tick = 0
     last_chunk_s: float | None = None
@@ -156,6 +168,10 @@ def run_episode(
             result.skipped_ticks += 1
             tick += 1
             continue
+        if result.chunks in ask_at:
+            question = draw_question(episode.scene, question_rng, settings.question_split)
+            request = runtime.ask(runtime.question_tokens(question.text), QUESTION_MAX_TOKENS)
+            text.answers[request] = answer(episode.scene, question)
         step = runtime.step(frame, settings.action_period_s, settings.latency_s)
         last_chunk_s = t
         text.add(step.events)
@@ -175,7 +191,7 @@ def run_episode(
             on_tick(episode, step)
         tick += 1
     _cancel_text(runtime)
-    result.success = episode.success_time_s is not None
+    result.success = episode.succeeded
     result.time_to_success_s = episode.success_time_s
     result.duration_s = episode.time_s
     result.texts = text.records
@@ -200,7 +216,7 @@ def _ratio(pairs: list[tuple[int, int]]) -> float | None:
 
 
 def _successes_by(results: list[EpisodeResult], key: Callable[[EpisodeResult], str | None]) -> dict[str, list[int]]:
-    """{key: [successes, episodes]}, keys sorted ("none": the instruction names no object of the scene)."""
+    """{key: [successes, episodes]}, keys sorted ("none": the instruction names no object we know)."""
     counts: dict[str, list[int]] = {}
     for r in results:
         row = counts.setdefault(key(r) or "none", [0, 0])
@@ -209,14 +225,41 @@ def _successes_by(results: list[EpisodeResult], key: Callable[[EpisodeResult], s
     return dict(sorted(counts.items()))
 
 
+def _family_rows(results: list[EpisodeResult]) -> dict[str, dict[str, Any]]:
+    """Per family: success [successes, episodes] beside the text accuracies (narration alone hides failure)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for family in dict.fromkeys(r.spec.family for r in results):
+        mine = [r for r in results if r.spec.family == family]
+        rows[family] = {
+            "success": [sum(r.success for r in mine), len(mine)],
+            "success_rate": round(sum(r.success for r in mine) / len(mine), 4),
+            **{f"{name}_accuracy": _rounded(_ratio([r.accuracy(task) for r in mine])) for name, task in _TEXT_METRICS},
+        }
+    return rows
+
+
+_TEXT_METRICS = (("narration", "language"), ("memory", "memory"), ("answer", ASK_TASK))
+
+
+def _rounded(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
 def summarize(results: list[EpisodeResult], runtime: PolicyRuntime, settings: EvalSettings) -> dict[str, Any]:
+    """The report: success (an absent named object: nothing lifted) beside the text accuracies, per family."""
     times = [r.time_to_success_s for r in results if r.success and r.time_to_success_s is not None]
     jumps = [j for r in results for j in r.switch_jumps]
+    present = [r for r in results if not r.absent and r.spec.target_name is not None]
+    absent = [r for r in results if r.absent]
     return {
         "success_rate": sum(r.success for r in results) / len(results) if results else 0.0,
         "mean_time_to_success_s": float(np.mean(times)) if times else None,
         "narration_accuracy": _ratio([r.accuracy("language") for r in results]),
         "memory_accuracy": _ratio([r.accuracy("memory") for r in results]),
+        "answer_accuracy": _ratio([r.accuracy(ASK_TASK) for r in results]) if settings.questions else None,
+        "success_by_family": _family_rows(results),
+        # absent named objects: success means nothing was lifted (and the narration should say it is not here)
+        "absent": {"episodes": len(absent), "nothing_lifted": sum(r.success for r in absent)},
         "chunks": sum(r.chunks for r in results),
         "episodes": len(results),
         "engine_mode": runtime.config.engine_mode,
@@ -227,10 +270,10 @@ def summarize(results: list[EpisodeResult], runtime: PolicyRuntime, settings: Ev
         "max_switch_jump_rad": float(np.max(jumps)) if jumps else None,
         "mean_jerk_rms": float(np.mean([r.jerk_rms for r in results])) if results else None,
         "skipped_ticks": sum(r.skipped_ticks for r in results),
-        "text_outputs": {task: sum(r.accuracy(task)[1] for r in results) for task in ("language", "memory")},
-        # Where a policy fails: per named object and per place of it at the start.
-        "success_by_target": _successes_by(results, lambda r: r.spec.target_name),
-        "success_by_place": _successes_by(results, lambda r: r.place),
+        "text_outputs": {task: sum(r.accuracy(task)[1] for r in results) for task in ("language", "memory", ASK_TASK)},
+        # Where a policy fails: per named object and per place of it at the start, over the scenes that hold it.
+        "success_by_target": _successes_by(present, lambda r: r.spec.target_name),
+        "success_by_place": _successes_by(present, lambda r: r.place),
     }
 
 

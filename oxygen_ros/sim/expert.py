@@ -25,6 +25,7 @@ from .scene import (
 )  # fmt: skip
 
 SUBTASKS = ("move to the {}", "grasp the {}", "lift the {}")
+ABSENT_TEXT = "no {} here"  # the narration when the named object is not in the scene
 RELATIONS = ("left of", "right of", "in front of", "behind")
 INSTRUCTION_TEMPLATES = ("pick up the {}", "grab the {}", "get me the {}")
 
@@ -60,14 +61,26 @@ def _xy_distance(a: np.ndarray, b: np.ndarray) -> float:
     return math.hypot(a[0] - b[0], a[1] - b[1])
 
 
-def subtask_text(scene: Scene, target: int | None) -> str | None:
+def subtask_text(scene: Scene, target: int | None, name: str | None = None) -> str | None:
+    """The current subtask; "no red cup here" when the named object ``name`` is not in the scene."""
     i = subtask_index(scene, target)
-    return None if i is None else SUBTASKS[i].format(scene.objects[target].name)  # type: ignore[index]
+    if i is None:
+        return ABSENT_TEXT.format(name) if name else None
+    return SUBTASKS[i].format(scene.objects[target].name)  # type: ignore[index]
 
 
-def memory_text(scene: Scene, target: int | None) -> str | None:
-    """Where the named object is relative to its nearest neighbour, from the robot's point of view."""
-    if target is None or len(scene.objects) < 2:
+def scene_listing(scene: Scene) -> str:
+    """What is on the table, left to right and near to far as the robot sees it: "red cup, blue ball"."""
+    order = sorted(scene.objects, key=lambda o: (-round(float(o.position[1]) / 0.075), float(o.position[0])))
+    return ", ".join(o.name for o in order)
+
+
+def memory_text(scene: Scene, target: int | None, name: str | None = None) -> str | None:
+    """Where the named object is relative to its nearest neighbour, from the robot's point of view; when the
+    named object ``name`` is absent, what is there instead."""
+    if target is None:
+        return scene_listing(scene) if name else None
+    if len(scene.objects) < 2:
         return None
     t = scene.objects[target]
     others = [o for i, o in enumerate(scene.objects) if i != target]
@@ -156,7 +169,7 @@ FAR_X_M = 0.35  # distance in front of the base that separates near from far (be
 SIDE_Y_M = 0.075  # distance across beyond which an object is to the left (+) or right (-)
 
 
-def location_text(scene: Scene, target: int | None) -> str | None:
+def location_text(scene: Scene, target: int | None, name: str | None = None) -> str | None:
     """Where the named object stands, from the robot's base: "near left", "far centre", ..."""
     if target is None:
         return None
@@ -171,7 +184,7 @@ def all_texts() -> dict[str, list[str]]:
     memory = [f"{a} {r} the {b}" for a in names for b in names if a.split()[0] != b.split()[0] for r in RELATIONS]
     return {
         "instruction": [t.format(n) for t in INSTRUCTION_TEMPLATES for n in names],
-        "language": [s.format(n) for s in SUBTASKS for n in names],
+        "language": [s.format(n) for s in (*SUBTASKS, ABSENT_TEXT) for n in names],
         "memory": memory,
         "location": [f"{r} {s}" for r in REACHES for s in SIDES],
     }

@@ -141,7 +141,11 @@ class Scene:
     # ------------------------------------------------------------------------------------ creation
     @classmethod
     def random(cls, seed: int, num_objects: int | None = None) -> "Scene":
-        """A scene drawn from ``seed``: 2-4 objects of distinct colours on distinct places, a random start pose."""
+        """A scene drawn from ``seed``: 2-4 objects (or ``num_objects``, 1-4; more raise ValueError) of distinct
+        colours on distinct places, a random start pose."""
+        if num_objects is not None and not 1 <= num_objects <= MAX_OBJECTS:
+            raise ValueError(f"num_objects {num_objects}: the scene generator places 1 to {MAX_OBJECTS} objects "
+                             f"(one per colour); a distractor adds one more")
         rng = np.random.default_rng(seed)
         n = int(rng.integers(MIN_OBJECTS, MAX_OBJECTS + 1)) if num_objects is None else num_objects
         colours = rng.permutation(len(COLOURS))[:n]

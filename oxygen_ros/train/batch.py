@@ -56,7 +56,7 @@ def make_batch(data: TrainingSet, index: Tensor, tokens_per_image: int, pad_id: 
     actions_len = horizon * flow_samples
     prompts = [data.prompts[i] for i in index.tolist()]
     # Each task's stream: its continuation prompt then the target text minus its last token (EOS).
-    streams = [[torch.cat((c, t[:-1])) for c, t in zip(data.continuations, data.texts[i])] for i in index.tolist()]
+    streams = [[torch.cat((data.continuation(i, k), t[:-1])) for k, t in enumerate(data.texts[i])] for i in index.tolist()]
     p_max = max(p.numel() for p in prompts)
     t_max = max(sum(s.numel() for s in row) for row in streams)
     length = p_max + t_max
@@ -73,8 +73,11 @@ def make_batch(data: TrainingSet, index: Tensor, tokens_per_image: int, pad_id: 
         kinds[row, n_img : n_img + n_p] = PROMPT
         positions[row, n_img : n_img + n_p] = torch.arange(n_img, prefix_len)
         at = p_max
-        for k, (stream, cont, target) in enumerate(zip(streams[row], data.continuations, data.texts[sample])):
+        for k, (stream, target) in enumerate(zip(streams[row], data.texts[sample])):
             n = stream.numel()
+            if not target.numel():  # no such text in this sample (an unasked question)
+                continue
+            cont = data.continuation(sample, k)
             tokens[row, at : at + n] = stream
             # The last continuation token predicts the first text token, and so on up to EOS.
             labels[row, at + cont.numel() - 1 : at + n] = target

@@ -44,6 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dagger-samples", type=int, default=d.dagger_fresh_samples, help="new expert samples per round (default %(default)s)")
     p.add_argument("--dagger-steps", type=int, default=d.dagger_steps, help="optimizer steps per round (default %(default)s)")
     p.add_argument("--dagger-lr", type=float, default=d.dagger_lr, help="peak learning rate of a round (default %(default)s)")
+    p.add_argument("--questions", action=argparse.BooleanOptionalAction, default=d.questions,
+                   help="train answering questions about the scene (the ask path; default: on)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)
 
@@ -67,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         warmup_steps=min(args.warmup_steps, args.steps), flow_weight=args.flow_weight, text_weight=args.text_weight, grounding_weight=args.grounding_weight, flow_samples=args.flow_samples, ema_decay=args.ema_decay,
         preset=args.preset, dtype=args.dtype, threads=args.threads, save_every=args.save_every, delta_actions=not args.absolute_actions,
         dagger_rounds=args.dagger_rounds, dagger_episodes=args.dagger_episodes, dagger_fresh_samples=args.dagger_samples,
-        dagger_steps=args.dagger_steps, dagger_lr=args.dagger_lr,
+        dagger_steps=args.dagger_steps, dagger_lr=args.dagger_lr, questions=args.questions,
     )
     result = train(cfg, expert_samples, args.out, vocabulary(), progress=not args.no_progress, on_policy=policy_samples)
     report = {k: v for k, v in summary(cfg, result).items() if k not in ("config", "tasks")}

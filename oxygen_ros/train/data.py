@@ -18,8 +18,9 @@ import torch
 from tqdm import tqdm
 
 from oxygen_ros.model.normalize import ACTIONS_KEY, STATE_KEY, Normalizer, NormStats
-from oxygen_ros.model.prompt import format_prompt
-from oxygen_ros.runtime.policy import PolicyRuntime
+from oxygen_ros.engine import ASK_TASK
+from oxygen_ros.model.prompt import continuation_tokens, format_prompt
+from oxygen_ros.runtime.policy import QUESTION_TEMPLATE, PolicyRuntime
 
 
 class Sample(Protocol):
@@ -117,6 +118,8 @@ def text_corpus(
     for s in samples:
         strings.add(format_prompt(s.instruction, normalizer.normalize_state(s.state, clip=True), "pi05_state"))
         strings.update(" " + t for t in s.texts.values())
+        if getattr(s, "question", ""):
+            strings.add(QUESTION_TEMPLATE.format(question=s.question))
     return sorted(strings)
 
 
@@ -134,15 +137,26 @@ class TrainingSet:
     # float32 [N, V, P]: per image, how much each (row-major) patch shows the named object (target_map); a row
     # of zeros where it is out of view or unknown
     target_maps: torch.Tensor | None = None
+    # the question-answering task (ASK_TASK): its index among the tasks (-1: none) and per sample the question's
+    # continuation ids (empty: the sample asks nothing, and has no answer)
+    question_task: int = -1
+    questions: list[torch.Tensor] | None = None
 
     def __len__(self) -> int:
         return self.actions.shape[0]
+
+    def continuation(self, sample: int, task: int) -> torch.Tensor:
+        """The ids after the prefix that lead to task ``task``'s text: its prompt, or the sample's question."""
+        if task == self.question_task and self.questions is not None:
+            return self.questions[sample]
+        return self.continuations[task]
 
     def __add__(self, other: "TrainingSet") -> "TrainingSet":
         """Both sets' samples, this one's first (the same image slots and task continuations required)."""
         if not torch.equal(self.image_slots, other.image_slots):
             raise ValueError("the training sets fill different image slots")
-        if [c.tolist() for c in self.continuations] != [c.tolist() for c in other.continuations]:
+        if [c.tolist() for c in self.continuations] != [c.tolist() for c in other.continuations] or (
+                self.question_task != other.question_task):
             raise ValueError("the training sets have different text tasks")
         return TrainingSet(
             pixels=torch.cat([self.pixels, other.pixels]),
@@ -153,6 +167,8 @@ class TrainingSet:
             actions=torch.cat([self.actions, other.actions]),
             continuations=self.continuations,
             target_maps=_cat_maps(self, other),
+            question_task=self.question_task,
+            questions=None if self.questions is None else self.questions + (other.questions or []),
         )
 
 
@@ -215,7 +231,7 @@ def build_training_set(
     if norm is None:
         raise ValueError("the runtime needs the norm stats of the training data")
     tasks = {t.name: t for t in runtime.engine.tasks}
-    missing = [n for n in task_names if n not in tasks]
+    missing = [n for n in task_names if n not in tasks and n != ASK_TASK]
     if missing:
         raise ValueError(f"text tasks {missing} are not configured in the runtime (has {sorted(tasks)})")
     cfg = runtime.model_config
@@ -223,7 +239,7 @@ def build_training_set(
         raise ValueError(f"the data has {norm.action_dim} action dims; the model config has {cfg.action_dim}")
     tok = runtime.tokenizer
     grid = cfg.vision.image_size // cfg.vision.patch_size
-    pixels, image_index, prompts, texts, actions, maps = [], [], [], [], [], []
+    pixels, image_index, prompts, texts, actions, maps, questions = [], [], [], [], [], [], []
     slots: torch.Tensor | None = None
     previous_images: tuple | None = None
     bar = tqdm(samples, desc="preprocessing", disable=not progress, dynamic_ncols=True, leave=False)
@@ -246,7 +262,10 @@ def build_training_set(
         previous_images = tuple(s.images)
         image_index.append(len(pixels) - 1)
         prompts.append(frame.prompt_tokens.cpu())
-        texts.append([torch.tensor(tok.encode(" " + s.texts[n]) + [cfg.eos_token_id]) for n in task_names])
+        question = getattr(s, "question", "")
+        texts.append([_target(tok, s.texts.get(n, ""), cfg.eos_token_id, n != ASK_TASK or bool(question)) for n in task_names])
+        questions.append(torch.tensor(continuation_tokens(tok, QUESTION_TEMPLATE.format(question=question)) if question else [],
+                                      dtype=torch.long))  # fmt: skip
         actions.append(norm.normalize_actions(relative_actions(s, delta_mask)))
         maps.append(target_map(s, grid))
     if slots is None:
@@ -258,6 +277,13 @@ def build_training_set(
         prompts=prompts,
         texts=texts,
         actions=torch.from_numpy(np.stack(actions)),
-        continuations=[torch.tensor(tasks[n].continuation) for n in task_names],
+        continuations=[torch.tensor(tasks[n].continuation if n in tasks else [], dtype=torch.long) for n in task_names],
         target_maps=torch.stack(maps),
+        question_task=list(task_names).index(ASK_TASK) if ASK_TASK in task_names else -1,
+        questions=questions if ASK_TASK in task_names else None,
     )
+
+
+def _target(tok: Any, text: str, eos: int, present: bool) -> torch.Tensor:
+    """Target ids of a text: " " + text then EOS; none where the sample has no such text (an unasked question)."""
+    return torch.tensor(tok.encode(" " + text) + [eos] if present else [], dtype=torch.long)

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from torch.optim.swa_utils import AveragedModel
 from tqdm import tqdm
 
+from oxygen_ros.engine import ASK_TASK
 from oxygen_ros.model.checkpoint import save_checkpoint
 from oxygen_ros.model.config import ModelConfig, preset
 from oxygen_ros.model.layers import AdaRMSNorm
@@ -88,9 +89,16 @@ class TrainConfig:
     dagger_fresh_samples: int = 6000  # new expert samples per round
     dagger_steps: int = 250
     dagger_lr: float = 5e-4
+    # questions asked while acting (the runtime's ask path): the samples' questions and answers are one more text
+    # task, its continuation the question (runtime.policy.QUESTION_TEMPLATE) instead of a fixed prompt
+    questions: bool = True
 
     def model_config(self) -> ModelConfig:
         return self.model or preset(self.preset)
+
+    def text_task_names(self) -> list[str]:
+        """The text tasks trained, in the order of their losses: the configured ones, then the questions."""
+        return [t.name for t in self.tasks] + ([ASK_TASK] if self.questions else [])
 
     def grounding_at(self, depth: int) -> int:
         return default_layer(depth) if self.grounding_layer < 0 else self.grounding_layer
@@ -193,7 +201,7 @@ def prepare(
     model = Pi05Model(model_config)
     init_weights(model)
     runtime = PolicyRuntime(runtime_config(cfg, model_config), model, tokenizer, normalizer)
-    data = build_training_set(samples, runtime, [t.name for t in cfg.tasks], delta_mask, progress)
+    data = build_training_set(samples, runtime, cfg.text_task_names(), delta_mask, progress)
     return runtime, data, stats
 
 
@@ -279,7 +287,7 @@ def _on_policy_round(
     c = runtime.model_config
     fresh = collect_samples(source, _round_seed(cfg, r), cfg.dagger_fresh_samples, c.action_horizon, cfg.control_period_s,
                             c.vision.image_size, cfg.data_workers, progress)  # fmt: skip
-    tasks = [t.name for t in cfg.tasks]
+    tasks = cfg.text_task_names()
     delta_mask = cfg.delta_mask(c.action_dim)
     report = {
         "round": r + 1, "episodes": got.episodes, "successes": got.successes, "on_policy_samples": len(got.samples),
@@ -336,8 +344,9 @@ def _optimize(
             history[key].append(float(value.detach()))
         # Each task's own curve: the plateau before grounding is in the tasks that need the images (README).
         per_task = losses.per_task.tolist() if losses.per_task is not None else []
-        for task, value in zip(cfg.tasks, per_task + [math.nan] * (len(cfg.tasks) - len(per_task))):
-            history.setdefault(f"text_{task.name}", []).append(value)
+        names = cfg.text_task_names()
+        for task, value in zip(names, per_task + [math.nan] * (len(names) - len(per_task))):
+            history.setdefault(f"text_{task}", []).append(value)
         if losses.grounding is not None:
             history.setdefault("grounding", []).append(float(losses.grounding.detach()))
         history["lr"].append(lr)
