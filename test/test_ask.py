@@ -4,7 +4,10 @@ that add up to the answer, several goals at once, cancel mid-answer, refusals wi
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,11 +24,12 @@ from test_node import INSTRUCTION, TEST_OVERRIDES, Robot, robot_process
 OVERRIDES = {**TEST_OVERRIDES, "tokens_per_frame": 1, "ask_max_goals": 3, "ask_max_tokens": 100_000, "kv_budget_mb": 8.0}
 
 
-@pytest.fixture(scope="module")
-def asker(tmp_path_factory):
+@contextlib.contextmanager
+def ask_robot(folder: Path, driver: str, overrides: dict[str, Any]) -> Iterator[Robot]:
+    """oxygen_node with ``overrides`` in its own process and a driver with an Ask client (default QoS) ready."""
     rclpy.init()
     try:
-        with robot_process(tmp_path_factory.mktemp("ask"), "ask_driver", OVERRIDES) as robot:
+        with robot_process(folder, driver, overrides) as robot:
             robot.client = ActionClient(robot.node, Ask, "/oxygen_node/ask")
             assert spin_until(robot.executor, robot.client.server_is_ready, timeout=30), robot.process.output()
             yield robot
@@ -33,6 +37,12 @@ def asker(tmp_path_factory):
             assert code == 0 and "Traceback" not in robot.process.output(), robot.process.output()[-3000:]
     finally:
         rclpy.shutdown()
+
+
+@pytest.fixture(scope="module")
+def asker(tmp_path_factory):
+    with ask_robot(tmp_path_factory.mktemp("ask"), "ask_driver", OVERRIDES) as robot:
+        yield robot
 
 
 class Goal:

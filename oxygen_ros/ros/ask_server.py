@@ -14,11 +14,21 @@ Threads: the action server's callbacks run in the executor (a reentrant group); 
 model thread. An execute callback checks the goal, hands it over through an inbox and blocks its executor
 thread until the model thread resolves it (`ask_max_goals` bounds these; the node's executor has that many
 threads more). An async execute callback would make rclpy's executor busy-spin while it waits.
+
+Feedback delivery: the model thread only queues each delta; the goal's execute thread publishes them, all
+goals together at most one message per FEEDBACK_INTERVAL_S (the deltas that arrived meanwhile go out as one
+message: their texts and token ids joined, in order), and returns the result RESULT_DELAY_S after its last
+message. A decode burst would otherwise overrun a client's feedback queue (rclpy keeps 10 by default, one
+topic for all goals), and rclpy's ActionClient drops every feedback that it takes after the goal's result.
+A cancel accepted while the answer is still being generated ends the goal as cancelled, even when its last
+token comes before the model thread gets to the cancel.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -27,6 +37,7 @@ from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.action.server import ServerGoalHandle
 from rclpy.callback_groups import CallbackGroup
 from rclpy.node import Node
+from rclpy.qos import QoSProfile
 
 from oxygen_ros.engine import ASK_TASK, QuestionRefused
 
@@ -35,6 +46,9 @@ from oxygen_ros.interface.convert import ns_to_stamp
 __all__ = ["AskServer"]
 
 _WAKE_S = 0.1  # how often a waiting execute callback looks at the node's state
+FEEDBACK_INTERVAL_S = 0.01  # at most one feedback message per this interval, over all goals
+RESULT_DELAY_S = 0.15  # a goal's result goes out this long after its last feedback message
+FEEDBACK_DEPTH = 1000  # the feedback writer's history: reliable resends must still find every delta
 
 
 @dataclass(eq=False)
@@ -48,7 +62,8 @@ class _Goal:
     frame_stamp_ns: int = 0
     frame_seq: int = -1
     result: Any = None  # Ask.Result once resolved
-    done: threading.Event = field(default_factory=threading.Event)
+    cancel_accepted: bool = False
+    outbox: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)  # feedback, then None, for the execute thread
 
 
 class AskServer:
@@ -64,9 +79,12 @@ class AskServer:
         self._inbox: list[tuple[str, _Goal]] = []  # ("ask" | "cancel", goal) for the model thread
         self._by_request: dict[int, _Goal] = {}
         self._active = False
+        self._pace = threading.Lock()
+        self._next_feedback_s = 0.0
         self._server = ActionServer(
             node, Ask, "~/ask", execute_callback=self._execute, goal_callback=lambda goal: GoalResponse.ACCEPT,
             cancel_callback=self._on_cancel, callback_group=callback_group,
+            feedback_pub_qos_profile=QoSProfile(depth=FEEDBACK_DEPTH),
         )
 
     def attach(self, runtime: Any, *, max_tokens: int, max_goals: int) -> None:
@@ -90,12 +108,37 @@ class AskServer:
         if reason:
             self._node.get_logger().warning(f"ask refused: {reason}")
             self._resolve(goal, "refused", reason)
-        while not goal.done.wait(_WAKE_S):
-            if not self._node.context.ok():
-                self._resolve(goal, "cancelled", "the node is shutting down")
+        published = False
+        done = False
+        while not done:  # publish the deltas as they come; None: resolved, every delta was queued before it
+            try:
+                pending = [goal.outbox.get(timeout=_WAKE_S)]
+            except queue.Empty:
+                if not self._node.context.ok():
+                    self._resolve(goal, "cancelled", "the node is shutting down")
+                continue
+            with self._pace:  # one message per interval over all goals: what arrived meanwhile goes in it
+                wait = self._next_feedback_s - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                while not goal.outbox.empty():
+                    pending.append(goal.outbox.get())
+                done = pending[-1] is None
+                deltas = [d for d in pending if d is not None]
+                if deltas:
+                    handle.publish_feedback(Ask.Feedback(text="".join(d.text for d in deltas), seq=goal.seq,
+                                                         token_ids=[t for d in deltas for t in d.token_ids]))
+                    goal.seq += 1
+                    published = True
+                    self._next_feedback_s = time.monotonic() + FEEDBACK_INTERVAL_S
+        if published:
+            time.sleep(RESULT_DELAY_S)  # let a client that keeps up take the last deltas before the result
         result = goal.result
-        if result.finish_reason == "cancelled" and handle.is_cancel_requested:
-            handle.canceled()
+        if result.finish_reason == "cancelled" and goal.cancel_accepted:
+            deadline = time.monotonic() + 1.0  # rclpy marks the handle right after our cancel callback returns
+            while not handle.is_cancel_requested and time.monotonic() < deadline:
+                time.sleep(0.001)
+            handle.canceled() if handle.is_cancel_requested else handle.abort()
         elif result.finish_reason in ("refused", "error", "cancelled"):
             handle.abort()
         else:
@@ -134,8 +177,9 @@ class AskServer:
     def _on_cancel(self, handle: ServerGoalHandle) -> CancelResponse:
         with self._lock:
             goal = next((g for g in self._open if g.handle is handle), None)
-            if goal is None:
+            if goal is None:  # already answered (or refused): too late to cancel
                 return CancelResponse.REJECT
+            goal.cancel_accepted = True
             self._inbox.append(("cancel", goal))
         return CancelResponse.ACCEPT
 
@@ -145,7 +189,7 @@ class AskServer:
         with self._lock:
             work, self._inbox = self._inbox, []
         for kind, goal in work:
-            if goal.done.is_set():
+            if goal.result is not None:
                 continue
             if kind == "ask":
                 try:
@@ -169,12 +213,9 @@ class AskServer:
                 goal.frame_stamp_ns, goal.frame_seq = ev.frame_stamp_ns, ev.frame_seq
             goal.parts.append(ev.text)
             if ev.text or ev.token_ids:
-                feedback = Ask.Feedback(text=ev.text, token_ids=list(ev.token_ids), seq=goal.seq)
-                goal.seq += 1
-                goal.handle.publish_feedback(feedback)
+                goal.outbox.put(ev)
             if ev.final:
-                message = "cancelled by the client" if ev.finish_reason == "cancelled" and goal.handle.is_cancel_requested else (
-                    "the node stopped answering" if ev.finish_reason == "cancelled" else "")
+                message = "the node stopped answering" if ev.finish_reason == "cancelled" else ""
                 self._resolve(goal, ev.finish_reason, message)
 
     def on_refused(self, refused: Sequence[tuple[int, str, str]]) -> None:
@@ -194,18 +235,20 @@ class AskServer:
             self._resolve(goal, "cancelled", message)
 
     def _resolve(self, goal: _Goal, finish_reason: str, message: str) -> None:
-        if goal.done.is_set():
-            return
-        goal.result = Ask.Result(
-            answer="".join(goal.parts), finish_reason=finish_reason, message=message,
-            frame_stamp=ns_to_stamp(goal.frame_stamp_ns), frame_seq=goal.frame_seq,
-            request_id=-1 if goal.request_id is None else goal.request_id,
-        )
         with self._lock:
-            self._open.discard(goal)
+            if goal.result is not None:
+                return
+            self._open.discard(goal)  # from here on a cancel is refused: the outcome is decided
+            if goal.cancel_accepted and finish_reason not in ("refused", "error"):
+                finish_reason, message = "cancelled", "cancelled by the client"
+            goal.result = Ask.Result(
+                answer="".join(goal.parts), finish_reason=finish_reason, message=message,
+                frame_stamp=ns_to_stamp(goal.frame_stamp_ns), frame_seq=goal.frame_seq,
+                request_id=-1 if goal.request_id is None else goal.request_id,
+            )
         if goal.request_id is not None:
             self._by_request.pop(goal.request_id, None)
-        goal.done.set()
+        goal.outbox.put(None)
 
     @property
     def open_goals(self) -> int:
