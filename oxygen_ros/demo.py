@@ -3,7 +3,9 @@
 1. start ``oxygen_sim_node`` (``config/demo_sim.yaml``) and ``oxygen_node`` with the trained demo policy
    (``config/demo_policy.yaml``), each in its own process;
 2. run a few episodes with different instructions; print the narration and the memory notes as they stream,
-   and each episode's outcome;
+   ask the policy two questions per episode over ``~/ask`` (where the named object is, what the gripper
+   holds), each answer marked ✓/✗ against the simulator's truth at the frame it was answered from, and
+   each episode's outcome;
 3. write an animated GIF of one episode with the streamed text as captions, and a PNG summary.
 
 Run it through ``scripts/demo.sh``, which also keeps DDS on loopback.
@@ -23,10 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
-from oxygen_ros.sim.media import EpisodeLog, TextOut, gif_frame_count, write_gif, write_summary
+from oxygen_ros.sim.media import AnswerOut, EpisodeLog, TextOut, gif_frame_count, write_gif, write_summary
+from oxygen_ros.sim.phrasing import target_in
+from oxygen_ros.sim.questions import demo_questions
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_SEED = 40  # the demo's first held-out scene seed (its instructions name different objects)
+ASK_AFTER_S = (0.5, 2.5)  # episode time at which each of the two questions is sent
 
 
 def _say(text: str) -> None:
@@ -58,6 +63,13 @@ class Listener:
         node.create_subscription(ActionChunk, "oxygen_node/action_chunk", self.chunks.append, 50)
         for task in ("language", "memory"):
             node.create_subscription(TextDelta, f"oxygen_node/text/{task}", self._on_delta, 200)
+        from oxygen_ros_msgs.action import Ask
+        from rclpy.action import ActionClient
+
+        self._node = node
+        self._ask = ActionClient(node, Ask, "oxygen_node/ask")
+        self._asked: dict[int, int] = {}  # episode index -> questions sent
+        node.create_timer(0.1, self._maybe_ask)
 
     @property
     def current(self) -> EpisodeLog | None:
@@ -74,6 +86,7 @@ class Listener:
             self.episodes.append(log)
             self._began_ns[log.index] = e["stamp_ns"]
             log.labels += [(x["stamp_ns"], x["subtask"], x["memory"]) for x in self._early_labels if x["episode"] == log.index]
+            log.truths += [(x["stamp_ns"], x.get("answers") or {}) for x in self._early_labels if x["episode"] == log.index]
             self._said = {"language": "", "memory": ""}
             _say(f"\n=== episode {e['index'] + 1}: \"{e['instruction']}\" (scene seed {e['seed']})")
             return
@@ -92,6 +105,43 @@ class Listener:
             self._early_labels.append(e)
         else:
             log.labels.append((e["stamp_ns"], e["subtask"], e["memory"]))
+            log.truths.append((e["stamp_ns"], e.get("answers") or {}))
+
+    def _maybe_ask(self) -> None:
+        """Send the episode's next question once its time has come (episode clock) and the server is there."""
+        from oxygen_ros_msgs.action import Ask
+
+        log = self.current
+        if log is None or log.end_ns or not self._ask.server_is_ready():
+            return
+        sent = self._asked.get(log.index, 0)
+        now = self._node.get_clock().now().nanoseconds
+        if sent >= len(ASK_AFTER_S) or now < log.start_ns + ASK_AFTER_S[sent] * 1e9:
+            return
+        question = demo_questions(target_in(log.instruction) or "red cup")[sent]
+        self._asked[log.index] = sent + 1
+        future = self._ask.send_goal_async(Ask.Goal(question=question, max_tokens=8))
+        future.add_done_callback(lambda f, q=question, ep=log: self._accepted(f, q, ep))
+
+    def _accepted(self, future, question: str, log: EpisodeLog) -> None:  # noqa: ANN001
+        handle = future.result()
+        if handle is None or not handle.accepted:
+            _say(f"  [asked] {question} → not accepted")
+            return
+        handle.get_result_async().add_done_callback(lambda f: self._answered(f, question, log))
+
+    def _answered(self, future, question: str, log: EpisodeLog) -> None:  # noqa: ANN001
+        from oxygen_ros.interface.convert import stamp_to_ns
+
+        r = future.result().result
+        if r.finish_reason in ("refused", "error", "cancelled"):
+            _say(f"  [asked] {question} → {r.finish_reason}: {r.message}")
+            return
+        source = stamp_to_ns(r.frame_stamp)
+        out = AnswerOut(question, r.answer.strip(), source, self._node.get_clock().now().nanoseconds, log.truth_at(source, question))
+        log.answers.append(out)
+        truth = "" if out.mark != "✗" else f" (true: {out.truth})"
+        _say(f"  [asked] {question} → {out.answer}  {out.mark}{truth}")
 
     def _on_view(self, msg) -> None:  # noqa: ANN001
         from oxygen_ros.interface.convert import image_to_array, stamp_to_ns
@@ -211,6 +261,9 @@ def _report(listener: Listener, outdir: Path, elapsed: float) -> int:
         _say(f"  narration named the true subtask in {sum(judged)}/{len(judged)} outputs ({100 * sum(judged) / len(judged):.0f} %)")
     if memory:
         _say(f"  memory notes right in {sum(memory)}/{len(memory)} outputs ({100 * sum(memory) / len(memory):.0f} %)")
+    answers = [a.mark == "✓" for log in logs for a in log.answers if a.mark]
+    if answers:
+        _say(f"  answers right in {sum(answers)}/{len(answers)} questions asked over ~/ask")
     chunks = listener.chunks
     if chunks:
         pre = statistics.median(c.prefill_latency_s for c in chunks) * 1e3

@@ -17,7 +17,7 @@ def test_demo_runs_an_episode_over_dds_and_writes_the_gif_and_the_summary(tmp_pa
     policy.write_text((REPO / "config" / "demo_policy.yaml").read_text()
                       .replace("checkpoint: models/demo", 'checkpoint: ""\n    model_preset: tiny')
                       .replace("tokenizer: models/demo/tokenizer.model", 'tokenizer: ""'))  # fmt: skip
-    sim = write_params(tmp_path / "sim.yaml", {"time_limit_s": 2.0, "settle_s": 0.3})
+    sim = write_params(tmp_path / "sim.yaml", {"time_limit_s": 4.0, "settle_s": 0.3})  # time for a question (asked at 0.5 s)
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "oxygen_ros.demo", "--episodes", "1", "--seed", "12", "--out", str(out),
            "--policy-params", str(policy), "--sim-params", str(sim)]  # fmt: skip
@@ -26,6 +26,7 @@ def test_demo_runs_an_episode_over_dds_and_writes_the_gif_and_the_summary(tmp_pa
     assert done.returncode == 0, log
     assert '=== episode 1: "' in log and "=== episode 1: FAILED" in log and "[narration]" in log, log
     assert "success: 0/1 episodes" in log and "action chunks; median prefill" in log, log
+    assert "[asked] where is the " in log and "answers right in " in log, log  # a question over ~/ask, judged
     gif = Image.open(out / "demo_episode.gif")
     assert gif.n_frames >= 10 and gif.size[0] > 300
     reported = re.search(r"demo_episode\.gif \(episode 1, (\d+) frames", log)

@@ -5,7 +5,8 @@ and the episode's instruction (latched `std_msgs/String`); it executes `trajecto
 with ros2_control joint_trajectory_controller semantics (`oxygen_ros.sim.follower`) and joint velocities as a
 velocity forward_command_controller's `std_msgs/Float64MultiArray`; it runs the episodes
 one after another (`oxygen_ros.sim.runner`) and reports each start and outcome as JSON on ``~/episode``,
-and the true subtask and scene note whenever they change on ``~/labels`` (to judge the policy's text).
+and the true subtask, scene note and answers to the demo's questions (``questions.scene_answers``) whenever
+they change on ``~/labels`` (to judge the policy's text).
 All times are the node clock's. Topic names are relative, so a namespace moves the whole robot.
 """
 
@@ -27,6 +28,8 @@ from oxygen_ros.interface.outputs import from_trajectory_msg
 from oxygen_ros.interface.param_spec import ConfigError, ParamSpec
 from oxygen_ros.sim.episode import EpisodeSpec
 from oxygen_ros.sim.evaluate import eval_specs
+from oxygen_ros.sim.phrasing import FAMILIES
+from oxygen_ros.sim.questions import scene_answers
 from oxygen_ros.sim.render import render
 from oxygen_ros.sim.runner import EpisodeEvent, EpisodeRunner
 from oxygen_ros.sim.scene import JOINT_NAMES
@@ -44,6 +47,8 @@ SIM_PARAMS = (
     ParamSpec("episodes", "int", 3, "Episodes to run, one after another.", low=1, high=1_000_000),
     ParamSpec("seed", "int", 0, "Scene seed of the first episode (held-out seeds: [0, 1000000)).", low=0, high=999_999),
     ParamSpec("instructions", "str[]", [], "Instruction of each episode (cycled; '' = the one drawn from its seed)."),
+    ParamSpec("instruction_family", "str", "plain", "How the seed's instruction is phrased: " + ", ".join(FAMILIES)
+              + " (oxygen_ros/sim/phrasing.py; held-out words included).", choices=tuple(FAMILIES)),
     ParamSpec("time_limit_s", "float", 12.0, "An episode fails when not solved within this time.", low=0.0,
               high=3600.0, low_open=True),
     ParamSpec("settle_s", "float", 1.0, "Pause at the start of each episode: trajectories are dropped, the clock waits.",
@@ -84,7 +89,7 @@ class OxygenSimNode(Node):
             raise ConfigError("bad parameter: " + "; ".join(problems))
         self.v = v
         try:
-            specs = eval_specs(v["seed"], v["episodes"])
+            specs = [EpisodeSpec.for_family(s.seed, v["instruction_family"]) for s in eval_specs(v["seed"], v["episodes"])]
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         instructions = v["instructions"]
@@ -105,7 +110,7 @@ class OxygenSimNode(Node):
         self._instruction_pub = self.create_publisher(String, v["instruction_topic"], LATCHED)
         self._episode_pub = self.create_publisher(String, "~/episode", EPISODE_QOS)
         self._labels_pub = self.create_publisher(String, "~/labels", EPISODE_QOS)
-        self._labels: tuple[str | None, str | None] | None = None
+        self._labels: tuple[tuple[str | None, str | None], dict[str, str]] | None = None
         self.create_subscription(JointTrajectory, v["trajectory_topic"], self._on_trajectory, RELIABLE)
         self.create_subscription(Float64MultiArray, v["velocity_command_topic"], self._on_velocity, RELIABLE)
         self.create_timer(1.0 / v["physics_rate_hz"], self._on_physics)
@@ -139,12 +144,14 @@ class OxygenSimNode(Node):
             episode = self.runner.episode
             state = episode.state.tolist() if episode is not None else None
             labels = (episode.subtask, episode.memory) if episode is not None else (None, None)
+            answers = scene_answers(episode.scene) if episode is not None else {}
             index = self.runner.index
         for event in events:
             self._report(event)
-        if labels != self._labels:  # the true subtask and scene note, for judging the policy's text
-            self._labels = labels
-            data = {"stamp_ns": self.get_clock().now().nanoseconds, "episode": index, "subtask": labels[0], "memory": labels[1]}
+        if (labels, answers) != self._labels:  # the true subtask, scene note and answers, to judge the policy's text
+            self._labels = (labels, answers)
+            data = {"stamp_ns": self.get_clock().now().nanoseconds, "episode": index, "subtask": labels[0], "memory": labels[1],
+                    "answers": answers}  # fmt: skip
             self._labels_pub.publish(String(data=json.dumps(data)))
         if state is not None:
             msg = JointState()

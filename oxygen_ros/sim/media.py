@@ -26,6 +26,19 @@ class TextOut:
 
 
 @dataclass
+class AnswerOut:
+    question: str
+    answer: str
+    source_ns: int  # the frame the answer was forked from (0: none)
+    final_ns: int  # when the result arrived
+    truth: str | None  # the simulator's answer at that frame (None: unknown)
+
+    @property
+    def mark(self) -> str:
+        return "" if self.truth is None else ("✓" if self.answer.strip().lower() == self.truth.lower() else "✗")
+
+
+@dataclass
 class EpisodeLog:
     index: int
     instruction: str
@@ -38,6 +51,13 @@ class EpisodeLog:
     frames: list[tuple[int, np.ndarray]] = field(default_factory=list)  # (stamp, large base view)
     wrist: list[tuple[int, np.ndarray]] = field(default_factory=list)  # (stamp, wrist view)
     joints: list[tuple[int, np.ndarray]] = field(default_factory=list)  # (stamp, positions)
+    truths: list[tuple[int, dict[str, str]]] = field(default_factory=list)  # (stamp, question -> true answer)
+    answers: list[AnswerOut] = field(default_factory=list)
+
+    def truth_at(self, stamp_ns: int, question: str) -> str | None:
+        """The simulator's answer to ``question`` at a time (the last truths published at or before it)."""
+        i = bisect.bisect_right([s for s, _ in self.truths], stamp_ns) - 1
+        return self.truths[i][1].get(question) if i >= 0 else None
 
     def label_at(self, stamp_ns: int) -> tuple[str | None, str | None]:
         """The true (subtask, memory) at a time: the last label published at or before it."""
@@ -82,7 +102,7 @@ def episode_frames(log: EpisodeLog, width: int = 320) -> list[Image.Image]:
     for stamp, view in log.frames:
         if stamp < log.start_ns - NS:  # from before the policy was there (the first scene waits for it)
             continue
-        canvas = Image.new("RGB", (width + side, width + 84), (24, 26, 30))
+        canvas = Image.new("RGB", (width + side, width + 106), (24, 26, 30))
         canvas.paste(Image.fromarray(view).resize((width, width), Image.Resampling.BILINEAR), (0, 0))
         wrist = _latest(log.wrist, stamp)
         d = ImageDraw.Draw(canvas)
@@ -94,6 +114,10 @@ def episode_frames(log: EpisodeLog, width: int = 320) -> list[Image.Image]:
         d.text((8, width + 4), f"task: {log.instruction}   t = {max(t, 0):4.1f} s", fill=(235, 235, 235), font=font)
         d.text((8, width + 26), f"narration: {_said_by(log, 'language', stamp)}", fill=(120, 220, 140), font=font)
         d.text((8, width + 48), f"memory: {_said_by(log, 'memory', stamp)}", fill=(140, 180, 250), font=small)
+        answered = [a for a in log.answers if a.final_ns <= stamp]  # only once the policy answered
+        if answered:
+            a = answered[-1]
+            d.text((8, width + 70), f"asked: {a.question}  answer: {a.answer.strip()} {a.mark}", fill=(240, 200, 120), font=small)
         out.append(canvas)
     if out:  # hold the outcome on the last frame
         last = out[-1].copy()

@@ -80,3 +80,19 @@ def all_answers() -> list[str]:
     names = [f"{c} {k}" for c in COLOURS for k in KINDS]
     places = [f"{r} {s}" for r in ("near", "far") for s in ("left", "centre", "right")]
     return [*names, *places, NOTHING, NOT_HERE]
+
+
+def demo_questions(name: str) -> tuple[str, str]:
+    """The two questions the demo asks in an episode whose instruction names ``name``: where it is, then what
+    the gripper holds (each the training data's first phrasing)."""
+    return PHRASINGS["train"]["where"][0].format(name), PHRASINGS["train"]["held"][0]
+
+
+def scene_answers(scene: Scene) -> dict[str, str]:
+    """The true answers, now, to the demo's questions about every object of ``scene`` (question → answer)."""
+    out = {}
+    for o in scene.objects:
+        where, held = demo_questions(o.name)
+        out[where] = answer(scene, Question("where", where, o.name))
+    out[held] = answer(scene, Question("held", held, None))
+    return out
