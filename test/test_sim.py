@@ -134,13 +134,15 @@ def test_expert_samples_are_deterministic_and_use_training_seeds_only() -> None:
     assert len(s.images) == len(CAMERA_NAMES) and s.images[0].shape == (32, 32, 3)
     assert s.state.shape == (STATE_DIM,) and s.actions.shape == (10, STATE_DIM)
     words = set(vocabulary())
-    names = set(object_names())
-    # instructions as people type them, each naming an object; the texts from the vocabulary (or, for an absent
-    # object, the listing of what is there); every sample asks a question
-    assert all(target_in(x.instruction) in names and x.texts["language"] in words for x in a)
-    assert all(x.texts["memory"] in words or set(x.texts["memory"].split(", ")) <= names for x in a)
-    assert all(x.question and x.texts["ask"] for x in a)
-    assert len({x.instruction for x in a}) > 10
+    assert all(x.instruction in words and x.texts["language"] in words and x.texts["memory"] in words for x in a)
+    # with what users vary: instructions as people type them, each naming an object; the texts from the
+    # vocabulary (or, for an absent object, the listing of what is there); every sample asks a question
+    v = [s for _, s in zip(range(40), expert_samples(7, 10, 0.2, 32, variations=True))]
+    words, names = set(vocabulary(variations=True)), set(object_names())
+    assert all(target_in(x.instruction) in names and x.texts["language"] in words for x in v)
+    assert all(x.texts["memory"] in words or set(x.texts["memory"].split(", ")) <= names for x in v)
+    assert all(x.question and x.texts["ask"] for x in v) and not any(x.question for x in a)
+    assert len({x.instruction for x in v}) > 10
     seeds = [next(training_seeds(k)) for k in range(20)]
     assert min(seeds) >= TRAIN_SEED_BASE and len(set(seeds)) == 20
     c = [s for _, s in zip(range(5), expert_samples(8, 10, 0.2, 32))]
@@ -249,7 +251,7 @@ def test_each_tick_adds_one_sample_per_other_goal_with_its_own_expert_labels() -
     episode = SimEpisode(spec, 0.2, stop_on_success=False)
     rng = np.random.default_rng(0)
     own = expert_chunk(episode.scene, episode.target, 10, 0.2)
-    samples = tick_samples(episode, own, None, 32, 10, 0.2, rng)
+    samples = tick_samples(episode, own, None, 32, 10, 0.2, rng, variations=True)
     scene = episode.scene
     n = len(scene.objects)
     assert len(samples) in (n, n + 1) and np.array_equal(samples[0].actions, own)

@@ -48,14 +48,16 @@ def test_expert_samples_come_from_one_stream_per_worker_with_a_progress_bar(work
 
 
 def test_a_few_steps_lower_both_losses(tmp_path: Path, tiny_preset: ModelConfig) -> None:
-    result = train(small_config(tiny_preset, steps=30, lr=3e-3, warmup_steps=3), fake_expert_samples, tmp_path, progress=False)
+    result = train(small_config(tiny_preset, steps=30, lr=3e-3, warmup_steps=3, variations=True), fake_expert_samples,
+                   tmp_path, progress=False)  # fmt: skip
     h = result.history
     for key in ("flow", "text"):
         first, last = np.mean(h[key][:3]), np.mean(h[key][-3:])
         assert last < 0.8 * first, f"{key} loss {first:.3f} -> {last:.3f}"
     assert (tmp_path / "losses.png").stat().st_size > 1000
     # Each task's own curve; on steps where every task had tokens, their mean is the text loss.
-    curves = [h[f"text_{name}"] for name in small_config(tiny_preset).text_task_names()]
+    curves = [h[f"text_{name}"] for name in small_config(tiny_preset, variations=True).text_task_names()]
+    assert len(curves) == 4  # the three tasks and the questions
     assert all(len(c) == len(h["text"]) for c in curves)
     full = [i for i in range(len(h["text"])) if not any(np.isnan(c[i]) for c in curves)]
     assert full and all(abs(np.mean([c[i] for c in curves]) - h["text"][i]) < 1e-5 for i in full)
@@ -98,7 +100,7 @@ def test_training_forward_equals_inference(tmp_path: Path, tiny_preset: ModelCon
     task == prefill + token-by-token extend from the cached prefix (two samples of different prompt lengths,
     so padding and masks are exercised), for OxyGen's causal prompt and openpi's bidirectional prefix."""
     model_config = dataclasses.replace(tiny_preset, prefix_attention=prefix_attention)
-    runtime, data, _ = prepare(small_config(model_config), fake_expert_samples, tmp_path)
+    runtime, data, _ = prepare(small_config(model_config, variations=True), fake_expert_samples, tmp_path)
     model = runtime.model
     cfg = model.config
     # Two samples whose prompts differ in length.

@@ -50,6 +50,7 @@ class _Rollout:
 
     runtime: PolicyRuntime
     settings: EvalSettings
+    variations: bool = False  # label with what users vary too (dataset.tick_samples)
 
 
 _JOB: _Rollout | None = None  # set in the parent just before the workers fork
@@ -67,7 +68,8 @@ def _labelled_episode(seed: int) -> tuple[bool, list[DemoSample]]:
     def label(episode: SimEpisode, _step: object) -> None:
         labels = expert_chunk(episode.scene, episode.target, horizon, settings.control_period_s)
         permutation = rng.permutation(len(COLOURS))
-        samples.extend(tick_samples(episode, labels, permutation, size, horizon, settings.control_period_s, rng))
+        samples.extend(tick_samples(episode, labels, permutation, size, horizon, settings.control_period_s, rng,
+                                    _JOB.variations))  # fmt: skip
 
     with torch.inference_mode():
         result = run_episode(runtime, spec, settings, on_tick=label)
@@ -94,7 +96,7 @@ def _episodes(seeds: list[int], workers: int) -> Iterator[tuple[bool, list[DemoS
 
 
 def policy_samples(runtime: PolicyRuntime, seed: int, episodes: int, progress: bool = True, workers: int = 1, *,
-                   time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> OnPolicyData:
+                   time_limit_s: float = DEFAULT_TIME_LIMIT_S, variations: bool = False) -> OnPolicyData:
     """``episodes`` closed-loop episodes of ``runtime``'s policy on training seeds drawn from ``seed``,
     every tick labelled by the expert, run by ``workers`` processes; deterministic for (weights, seed,
     episodes). The runtime must run ``action_only``: text is not needed here, and decoding it would only
@@ -104,7 +106,7 @@ def policy_samples(runtime: PolicyRuntime, seed: int, episodes: int, progress: b
         raise ValueError(f"on-policy rollouts need an action_only runtime, not {runtime.config.engine_mode!r}")
     settings = EvalSettings(control_period_s=CONTROL_PERIOD_S, time_limit_s=time_limit_s)
     data = OnPolicyData(seeds=list(itertools.islice(training_seeds(seed, ON_POLICY_STREAM), episodes)))
-    _JOB = _Rollout(runtime, settings)
+    _JOB = _Rollout(runtime, settings, variations)
     try:
         bar = tqdm(_episodes(data.seeds, min(workers, episodes)), total=episodes, desc="on-policy episodes",
                    disable=not progress, dynamic_ncols=True, leave=False)  # fmt: skip

@@ -85,10 +85,14 @@ class DemoSample:
     question: str = ""  # a question about the scene, answered by texts["ask"] ("" = none)
 
 
-def vocabulary() -> list[str]:
-    """Every plain instruction, text and answer the data can contain (train the tokenizer on these; the
-    phrasings and questions of the data reach it through the samples)."""
-    return sorted({t for texts in all_texts().values() for t in texts} | set(all_answers()))
+def vocabulary(variations: bool = False) -> list[str]:
+    """Every plain instruction and text the data can contain (train the tokenizer on these); with
+    ``variations`` also the absent-object narrations and the answers (the phrasings and questions of the data
+    reach the tokenizer through the samples)."""
+    texts = {t for texts in all_texts().values() for t in texts}
+    if variations:
+        return sorted(texts | set(all_texts(absent=True)["language"]) | set(all_answers()))
+    return sorted(texts)
 
 
 def training_seeds(seed: int, stream: int = 0) -> Iterator[int]:
@@ -100,10 +104,11 @@ def training_seeds(seed: int, stream: int = 0) -> Iterator[int]:
 
 
 def expert_samples(seed: int, horizon: int = HORIZON, control_period_s: float = CONTROL_PERIOD_S,
-                   image_size: int = 64) -> Iterator[DemoSample]:
-    """Demonstration samples forever, deterministic for ``seed`` (see the module docstring)."""
+                   image_size: int = 64, variations: bool = False) -> Iterator[DemoSample]:
+    """Demonstration samples forever, deterministic for ``seed`` (see the module docstring); ``variations``:
+    also what users vary (``tick_samples``, ``episode_samples``)."""
     for episode_seed in training_seeds(seed):
-        yield from episode_samples(episode_seed, horizon, control_period_s, image_size)
+        yield from episode_samples(episode_seed, horizon, control_period_s, image_size, variations=variations)
 
 
 def expert_episode(spec: EpisodeSpec, horizon: int = HORIZON, control_period_s: float = CONTROL_PERIOD_S) -> SimEpisode:
@@ -152,35 +157,38 @@ def _goal_sample(painted: Scene, images: tuple[np.ndarray, ...], goal: int | Non
 
 
 def tick_samples(episode: SimEpisode, actions: np.ndarray, permutation: np.ndarray | None, image_size: int,
-                 horizon: int, control_period_s: float, rng: np.random.Generator | None = None) -> list[DemoSample]:
+                 horizon: int, control_period_s: float, rng: np.random.Generator | None = None,
+                 variations: bool = False) -> list[DemoSample]:
     """The samples of the episode's current tick: its own (instruction, texts, ``actions``), then with ``rng``
-    (while nothing is held) one per other object of the scene as the goal, and now and then one naming an
-    absent object (labelled to stay where it is); one rendering, seen painted by ``permutation`` and, with
-    ``rng``, often under other lighting. With ``rng`` the instructions are phrased as people type them and
-    every sample carries a question and its answer."""
+    (while nothing is held) one per other object of the scene as the goal; one rendering, seen painted by
+    ``permutation``. With ``variations`` (and ``rng``): often under other lighting, the instructions phrased as
+    people type them, now and then one more sample naming an absent object (labelled to stay where it is),
+    and every sample with a question and its answer."""
     scene, target = episode.scene, episode.target
+    vary = rng if variations else None
     painted = _painted(scene, permutation)
     images = render_views(painted, image_size)
-    if rng is not None and rng.random() < LIGHTING_P:
-        images = Lighting.random(rng).apply(images)
+    if vary is not None and vary.random() < LIGHTING_P:
+        images = Lighting.random(vary).apply(images)
     name = painted.objects[target].name if target is not None else episode.spec.target_name
-    said = episode.spec.instruction  # without rng: the episode's own words, in the painted colours
+    said = episode.spec.instruction  # the episode's own words, in the painted colours
     if target is not None:
         said = said.replace(scene.objects[target].name, painted.objects[target].name)
-    if rng is not None and name:
-        said = _said(name, rng)
-    samples = [_goal_sample(painted, images, target, said, episode.state, actions, name, rng)]
+    if vary is not None and name:
+        said = _said(name, vary)
+    samples = [_goal_sample(painted, images, target, said, episode.state, actions, name, vary)]
     if rng is None or scene.held is not None:
         return samples
     for goal in range(len(scene.objects)):
         if goal != target:
             labels = expert_chunk(scene, goal, horizon, control_period_s)
-            samples.append(_goal_sample(painted, images, goal, _said(painted.objects[goal].name, rng), episode.state,
-                                        labels, rng=rng))  # fmt: skip
-    if target is not None and rng.random() < ABSENT_P:
-        missing = absent_name(painted, rng)
+            goal_name = painted.objects[goal].name
+            said = _said(goal_name, vary) if vary is not None else instruction_for(goal_name, int(rng.integers(3)))
+            samples.append(_goal_sample(painted, images, goal, said, episode.state, labels, rng=vary))
+    if vary is not None and target is not None and vary.random() < ABSENT_P:
+        missing = absent_name(painted, vary)
         still = expert_chunk(scene, None, horizon, control_period_s)
-        samples.append(_goal_sample(painted, images, None, _said(missing, rng), episode.state, still, missing, rng))
+        samples.append(_goal_sample(painted, images, None, _said(missing, vary), episode.state, still, missing, vary))
     return samples
 
 
@@ -193,12 +201,14 @@ def _decoy(episode: SimEpisode, rng: np.random.Generator) -> int | None:
 
 
 def episode_samples(episode_seed: int, horizon: int, control_period_s: float, image_size: int,
-                    noisy: bool | None = None, recolour: bool = True, relabel: bool = True) -> Iterator[DemoSample]:
+                    noisy: bool | None = None, recolour: bool = True, relabel: bool = True,
+                    variations: bool = False) -> Iterator[DemoSample]:
     """The samples of one episode (noise on unless ``noisy`` says otherwise or the seed draws a clean one;
-    colours randomized per tick and goal alternatives unless ``recolour`` / ``relabel`` is False)."""
+    colours randomized per tick and goal alternatives unless ``recolour`` / ``relabel`` is False; with
+    ``variations`` sometimes a distractor, and the variations of ``tick_samples``)."""
     spec = EpisodeSpec.from_seed(episode_seed)
     rng = np.random.default_rng([episode_seed, 11])
-    if relabel and rng.random() < DISTRACTOR_P:
+    if variations and relabel and rng.random() < DISTRACTOR_P:
         spec = replace(spec, distractor=DISTRACTORS[int(rng.integers(len(DISTRACTORS)))])
     episode = SimEpisode(spec, control_period_s, stop_on_success=False)
     clean = rng.random() < CLEAN_SHARE if noisy is None else not noisy
@@ -208,7 +218,8 @@ def episode_samples(episode_seed: int, horizon: int, control_period_s: float, im
     while extra >= 0 and episode.time_s < episode.time_limit_s - 1e-9:
         actions = expert_chunk(episode.scene, episode.target, horizon, control_period_s)
         permutation = rng.permutation(len(COLOURS)) if recolour else None
-        yield from tick_samples(episode, actions, permutation, image_size, horizon, control_period_s, rng if relabel else None)
+        yield from tick_samples(episode, actions, permutation, image_size, horizon, control_period_s,
+                                rng if relabel else None, variations)  # fmt: skip
         if decoy is not None and subtask_index(episode.scene, decoy) != 0:
             decoy = None  # above the decoy: the detour ends, the robot heads for the named object from here
         executed = (actions if decoy is None else expert_chunk(episode.scene, decoy, horizon, control_period_s)).astype(np.float64)

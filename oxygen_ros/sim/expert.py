@@ -178,13 +178,14 @@ def location_text(scene: Scene, target: int | None, name: str | None = None) -> 
     return f"{REACHES[int(x >= FAR_X_M)]} {side}"
 
 
-def all_texts() -> dict[str, list[str]]:
-    """Every text the expert or an instruction can produce (for training a tokenizer)."""
+def all_texts(absent: bool = False) -> dict[str, list[str]]:
+    """Every text the expert or a plain instruction can produce for present objects (for training a
+    tokenizer); with ``absent`` also the narrations for an absent one ("no red cup here")."""
     names = object_names()
     memory = [f"{a} {r} the {b}" for a in names for b in names if a.split()[0] != b.split()[0] for r in RELATIONS]
     return {
         "instruction": [t.format(n) for t in INSTRUCTION_TEMPLATES for n in names],
-        "language": [s.format(n) for s in (*SUBTASKS, ABSENT_TEXT) for n in names],
+        "language": [s.format(n) for s in (*SUBTASKS, *((ABSENT_TEXT,) if absent else ())) for n in names],
         "memory": memory,
         "location": [f"{r} {s}" for r in REACHES for s in SIDES],
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import partial
 
 from .trainer import TrainConfig, summary, train
 
@@ -44,8 +45,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dagger-samples", type=int, default=d.dagger_fresh_samples, help="new expert samples per round (default %(default)s)")
     p.add_argument("--dagger-steps", type=int, default=d.dagger_steps, help="optimizer steps per round (default %(default)s)")
     p.add_argument("--dagger-lr", type=float, default=d.dagger_lr, help="peak learning rate of a round (default %(default)s)")
-    p.add_argument("--questions", action=argparse.BooleanOptionalAction, default=d.questions,
-                   help="train answering questions about the scene (the ask path; default: on)")
+    p.add_argument("--variations", action=argparse.BooleanOptionalAction, default=d.variations,
+                   help="data as users bring it: instructions as people type them, lighting within 20 %%, distractors, "
+                   "absent objects, and questions about the scene (the ask path) as a fourth text task (default: off)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)
 
@@ -69,9 +71,12 @@ def main(argv: list[str] | None = None) -> int:
         warmup_steps=min(args.warmup_steps, args.steps), flow_weight=args.flow_weight, text_weight=args.text_weight, grounding_weight=args.grounding_weight, flow_samples=args.flow_samples, ema_decay=args.ema_decay,
         preset=args.preset, dtype=args.dtype, threads=args.threads, save_every=args.save_every, delta_actions=not args.absolute_actions,
         dagger_rounds=args.dagger_rounds, dagger_episodes=args.dagger_episodes, dagger_fresh_samples=args.dagger_samples,
-        dagger_steps=args.dagger_steps, dagger_lr=args.dagger_lr, questions=args.questions,
+        dagger_steps=args.dagger_steps, dagger_lr=args.dagger_lr, variations=args.variations,
     )
-    result = train(cfg, expert_samples, args.out, vocabulary(), progress=not args.no_progress, on_policy=policy_samples)
+    source, on_policy = expert_samples, policy_samples
+    if cfg.variations:
+        source, on_policy = partial(expert_samples, variations=True), partial(policy_samples, variations=True)
+    result = train(cfg, source, args.out, vocabulary(cfg.variations), progress=not args.no_progress, on_policy=on_policy)
     report = {k: v for k, v in summary(cfg, result).items() if k not in ("config", "tasks")}
     print(json.dumps({"out": str(result.out_dir), **report}))
     return 0

@@ -89,16 +89,17 @@ class TrainConfig:
     dagger_fresh_samples: int = 6000  # new expert samples per round
     dagger_steps: int = 250
     dagger_lr: float = 5e-4
-    # questions asked while acting (the runtime's ask path): the samples' questions and answers are one more text
-    # task, its continuation the question (runtime.policy.QUESTION_TEMPLATE) instead of a fixed prompt
-    questions: bool = True
+    # what users vary (the sample source's variations: phrasings, lighting, distractors, absent objects) and
+    # questions asked while acting (the runtime's ask path): the samples' questions and answers are one more
+    # text task, its continuation the question (runtime.policy.QUESTION_TEMPLATE) instead of a fixed prompt
+    variations: bool = False
 
     def model_config(self) -> ModelConfig:
         return self.model or preset(self.preset)
 
     def text_task_names(self) -> list[str]:
         """The text tasks trained, in the order of their losses: the configured ones, then the questions."""
-        return [t.name for t in self.tasks] + ([ASK_TASK] if self.questions else [])
+        return [t.name for t in self.tasks] + ([ASK_TASK] if self.variations else [])
 
     def grounding_at(self, depth: int) -> int:
         return default_layer(depth) if self.grounding_layer < 0 else self.grounding_layer
