@@ -46,8 +46,8 @@ from oxygen_ros.interface.convert import ns_to_stamp
 __all__ = ["AskServer"]
 
 _WAKE_S = 0.1  # how often a waiting execute callback looks at the node's state
-FEEDBACK_INTERVAL_S = 0.01  # at most one feedback message per this interval, over all goals
-RESULT_DELAY_S = 0.15  # a goal's result goes out this long after its last feedback message
+FEEDBACK_INTERVAL_S = 0.02  # at most one feedback message per this interval, over all goals
+RESULT_DELAY_S = 0.3  # a goal's result goes out this long after its last feedback message
 FEEDBACK_DEPTH = 1000  # the feedback writer's history: reliable resends must still find every delta
 
 
