@@ -4,12 +4,17 @@
 advances every live text request by one token in a single batched model call, whatever frame each request
 came from and however long its context is. Between ticks a policy (``policy.py``) decides how many decode
 steps fit. Nothing here knows about ROS.
+
+Several robots (``add_robot``): ``tick_many`` takes one frame from each robot that is due, prefills each
+once, samples all their action chunks in one batched call (B robots × H actions) and forks each robot's text
+from its own prefix; every robot's text requests advance in the same ``decode_step``. A robot's chunk is the
+one a one-robot engine gives on the same frame and noise, up to floating-point rounding.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -22,7 +27,8 @@ from oxygen_ros.model.tokenizer import Tokenizer
 from oxygen_ros.model.vla import Pi05Model
 
 from .lanes import Lane
-from .questions import ASK_TASK, Question, QuestionQueue, QuestionRefused
+from .questions import ASK_TASK, Question, QuestionRefused
+from .robots import DEFAULT_ROBOT, RobotSlot, new_slot
 from .text_stream import TextStream
 from .types import ChunkGuide, FrameInput, TextEvent, TextTask, TickResult
 
@@ -101,20 +107,48 @@ class Engine:
         if decode_graphs:
             longest = max((len(t.continuation) + t.max_tokens for t in self.tasks), default=0)
             self.graphed_decoder = GraphedDecoder(model, pool.k, pool.v, self.config.max_prefix_tokens + longest)
-        self.generator = torch.Generator(device="cpu").manual_seed(seed)
         self._streams: dict[int, TextStream] = {}
-        self.questions = QuestionQueue(max_questions)
         self._question_stops: dict[int, tuple[str, ...]] = {}  # stop strings of asked questions, by request id
         self._seq: dict[int, int] = {}
-        self._ticks = 0
+        self._owner: dict[int, str] = {}  # request id → the robot it was forked for
+        # The latest frame prefix's size bounds admission estimates; until one is seen, the largest possible.
+        self._robots: dict[str, RobotSlot] = {
+            DEFAULT_ROBOT: new_slot(DEFAULT_ROBOT, seed, max_questions, self.config.max_prefix_tokens)}
         self._decode_steps = 0
         self._tokens = 0
         self._last = {"prefill": 0.0, "action": 0.0, "decode": 0.0}
         self._last_batch = 0
-        self._prefix_tokens = self.config.max_prefix_tokens  # size of the latest frame prefix (the bound until then)
+
+    # ------------------------------------------------------------------------------------------ robots
+    @property
+    def robots(self) -> list[str]:
+        return list(self._robots)
+
+    def add_robot(self, name: str, seed: int | None = None) -> None:
+        """Serve one more robot: its own schedule, noise and questions, and a KV reserve for its prefill."""
+        if not name or name in self._robots:
+            raise ValueError(f"robot names must be non-empty and unique, got {name!r} (have {self.robots})")
+        self.kv.add_reserve()
+        s = self._settings
+        seed = s["seed"] + len(self._robots) if seed is None else seed  # type: ignore[operator]
+        self._robots[name] = new_slot(name, seed, s["max_questions"], self.config.max_prefix_tokens)  # type: ignore[arg-type]
+
+    def robot(self, name: str = DEFAULT_ROBOT) -> RobotSlot:
+        try:
+            return self._robots[name]
+        except KeyError:
+            raise ValueError(f"unknown robot {name!r}; this engine serves {self.robots}") from None
+
+    @property
+    def generator(self) -> torch.Generator:
+        return self._robots[DEFAULT_ROBOT].generator
+
+    @property
+    def questions(self):  # noqa: ANN201 - the default robot's QuestionQueue
+        return self._robots[DEFAULT_ROBOT].questions
 
     # ------------------------------------------------------------------------------------------ frames
-    def prefill(self, frame: FrameInput) -> tuple[SharedPrefix, float]:
+    def prefill(self, frame: FrameInput, robot: str = DEFAULT_ROBOT) -> tuple[SharedPrefix, float]:
         """Prefill one observation into the pool; returns the prefix (held by the caller) and seconds."""
         t0 = time.perf_counter()
         n_img = int(frame.image_mask.sum()) * self.config.tokens_per_image
@@ -125,7 +159,7 @@ class Engine:
                 frame.images, frame.image_mask, frame.prompt_tokens, pool.view_k(prefix.extent), pool.view_v(prefix.extent)
             )
             assert out.length == prefix.length
-            self._prefix_tokens = prefix.length
+            self.robot(robot).prefix_tokens = prefix.length
             _sync(self.model.device)
         except BaseException:
             self.kv.release(prefix)
@@ -153,13 +187,28 @@ class Engine:
         _sync(self.model.device)
         return actions, time.perf_counter() - t0
 
-    def restart_schedule(self) -> None:
-        """Count ticks from 0 again, so the next tick starts every task (a new episode in the simulator)."""
-        self._ticks = 0
+    def act_batch(self, prefixes: Sequence[SharedPrefix], noise: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """One action chunk per prefix in one batched call: noise [B, H, A] → actions [B, H, A]. A prefix of
+        one uses :meth:`act` (the one-robot path); the sampler's ``sample_batch`` where it has one."""
+        if len(prefixes) == 1:
+            actions, seconds = self.act(prefixes[0], noise[0])
+            return actions.unsqueeze(0), seconds
+        t0 = time.perf_counter()
+        pool = self.kv.pool
+        ks = [pool.view_k(p.extent) for p in prefixes]
+        vs = [pool.view_v(p.extent) for p in prefixes]
+        sample = getattr(self.sample_actions, "sample_batch", self.model.sample_actions_batch)
+        actions = self.lanes.action.run(sample, ks, vs, noise) if self.lanes else sample(ks, vs, noise)
+        _sync(self.model.device)
+        return actions, time.perf_counter() - t0
 
-    def due_tasks(self) -> list[TextTask]:
-        """The tasks the schedule starts on the next tick."""
-        return [t for t in self.tasks if t.due(self._ticks)]
+    def restart_schedule(self, robot: str = DEFAULT_ROBOT) -> None:
+        """Count ticks from 0 again, so the next tick starts every task (a new episode in the simulator)."""
+        self.robot(robot).ticks = 0
+
+    def due_tasks(self, robot: str = DEFAULT_ROBOT) -> list[TextTask]:
+        """The tasks the schedule starts on the robot's next tick."""
+        return [t for t in self.tasks if t.due(self.robot(robot).ticks)]
 
     def clone_with_model(self, model: Pi05Model) -> "Engine":
         """A second, isolated engine (own KV pool) with the same tasks and settings on another model."""
@@ -167,26 +216,31 @@ class Engine:
         return Engine(model, self.tasks, self.tokenizer, ignore_eos=self.ignore_eos, action_sampler=sampler,
                       **self._settings)  # type: ignore[arg-type]
 
-    def sample_noise(self) -> torch.Tensor:
-        return torch.randn(self.config.action_horizon, self.config.action_dim, generator=self.generator)
+    def sample_noise(self, robot: str = DEFAULT_ROBOT) -> torch.Tensor:
+        generator = self.robot(robot).generator
+        return torch.randn(self.config.action_horizon, self.config.action_dim, generator=generator)
 
-    def start_requests(self, prefix: SharedPrefix, frame: FrameInput, tasks: Sequence[TextTask]) -> TickResult:
+    def start_requests(self, prefix: SharedPrefix, frame: FrameInput, tasks: Sequence[TextTask],
+                       robot: str = DEFAULT_ROBOT) -> TickResult:
         """Fork text requests from a prefix and start waiting ones; fills started/waiting/refused lists."""
-        result = TickResult(frame.frame_seq, frame.stamp_ns)
+        result = TickResult(frame.frame_seq, frame.stamp_ns, robot=robot)
         t0 = time.perf_counter()
-        for request in self.kv.admit_waiting(prefix, frame.frame_seq, frame.stamp_ns):
+        for request in self.kv.admit_waiting(prefix, frame.frame_seq, frame.stamp_ns, robot):
             self._begin(request)
             result.started.append((request.id, request.task))
         for task in tasks:
-            self._submit(result, prefix, frame, task.name, list(task.continuation), task.max_tokens)
-        for question in self.questions.take_all():  # asked since the last tick: forked from this frame
-            self._submit(result, prefix, frame, ASK_TASK, list(question.continuation), question.max_tokens, question.id)
+            self._submit(result, prefix, frame, task.name, list(task.continuation), task.max_tokens, robot=robot)
+        for question in self.robot(robot).questions.take_all():  # asked since the last tick: forked from this frame
+            self._submit(result, prefix, frame, ASK_TASK, list(question.continuation), question.max_tokens, question.id,
+                         robot)
         result.text_start_s = time.perf_counter() - t0
         return result
 
     def _submit(self, result: TickResult, prefix: SharedPrefix, frame: FrameInput, task: str, continuation: list[int],
-                max_tokens: int, request_id: int | None = None) -> None:
-        admission = self.kv.submit(task, prefix, continuation, max_tokens, frame.frame_seq, frame.stamp_ns, request_id)
+                max_tokens: int, request_id: int | None = None, robot: str = DEFAULT_ROBOT) -> None:
+        admission = self.kv.submit(task, prefix, continuation, max_tokens, frame.frame_seq, frame.stamp_ns, request_id,
+                                   robot)
+        self._owner[admission.request_id] = robot
         if admission.status == "admitted":
             self._begin(admission.request)
             result.started.append((admission.request_id, task))
@@ -194,9 +248,11 @@ class Engine:
             result.waiting.append((admission.request_id, task))
         else:
             self._question_stops.pop(admission.request_id, None)
+            self._owner.pop(admission.request_id, None)
             result.refused.append((admission.request_id, task, admission.reason))
         for spec in admission.dropped:
             self._question_stops.pop(spec.id, None)
+            self._owner.pop(spec.id, None)
             result.refused.append((spec.id, spec.task, "queue_full"))
 
     def tick(
@@ -211,7 +267,9 @@ class Engine:
         The requests this tick starts join the next step. Each request's tokens are the same either way.
         """
         due = self.due_tasks() if tasks is None else list(tasks)
-        self._ticks += 1
+        slot = self._robots[DEFAULT_ROBOT]
+        slot.ticks += 1
+        slot.chunks += 1
         prefix, prefill_s = self.prefill(frame)
         side = None
         if decode_during_action and self.lanes is not None and self.kv.running():
@@ -230,6 +288,55 @@ class Engine:
         out.actions, out.prefill_s, out.action_s, out.prefix_tokens = actions.cpu().numpy(), prefill_s, action_s, prefix.length
         out.events = events
         return out
+
+    def tick_many(self, frames: Mapping[str, FrameInput], noise: Mapping[str, torch.Tensor] | None = None,
+                  tasks: Sequence[TextTask] | None = None) -> dict[str, TickResult]:
+        """One tick of several robots: ``frames`` by robot name (the robots due and with fresh inputs; the
+        others are simply absent). Each frame is prefilled once into the shared pool; all chunks are sampled
+        in one batched call (each robot's own noise, or ``noise[name]``); then each robot's due text forks from
+        its own prefix. A frame with a chunk guide (real-time chunking) is sampled on its own.
+
+        Returns each robot's TickResult (``prefill_s`` its own prefill, ``action_s`` the batched call's time).
+        """
+        names = list(frames)
+        for name in names:
+            self.robot(name)  # unknown names fail before anything is allocated
+        due = {n: self.due_tasks(n) if tasks is None else list(tasks) for n in names}
+        prefixes: dict[str, SharedPrefix] = {}
+        results: dict[str, TickResult] = {}
+        try:
+            prefill_s = {}
+            for name in names:
+                prefixes[name], prefill_s[name] = self.prefill(frames[name], name)
+            noises = {n: noise[n] if noise and n in noise else self.sample_noise(n) for n in names}
+            plain = [n for n in names if frames[n].guide is None]
+            actions: dict[str, torch.Tensor] = {}
+            action_s: dict[str, float] = {}
+            if plain:
+                batch, seconds = self.act_batch([prefixes[n] for n in plain], torch.stack([noises[n] for n in plain]))
+                for i, n in enumerate(plain):
+                    actions[n], action_s[n] = batch[i], seconds
+            for n in names:
+                if n not in actions:
+                    actions[n], action_s[n] = self.act(prefixes[n], noises[n], frames[n].guide)
+            for n in names:
+                slot = self._robots[n]
+                slot.ticks += 1
+                slot.chunks += 1
+                frame = frames[n]
+                wanted = due[n] or self.kv.waiting_of(n) or len(slot.questions)
+                result = self.start_requests(prefixes[n], frame, due[n], n) if wanted else None
+                out = result or TickResult(frame.frame_seq, frame.stamp_ns, robot=n)
+                out.actions, out.prefill_s, out.action_s = actions[n].cpu().numpy(), prefill_s[n], action_s[n]
+                out.prefix_tokens = prefixes[n].length
+                results[n] = out
+        finally:
+            for prefix in prefixes.values():
+                self.kv.release(prefix)  # text requests hold their own references
+        if results:
+            self._last["prefill"] = sum(r.prefill_s for r in results.values())
+            self._last["action"] = max(r.action_s for r in results.values())
+        return results
 
     # -------------------------------------------------------------------------------------------- text
     def _begin(self, request: TextRequest) -> None:
@@ -293,12 +400,16 @@ class Engine:
         event = self._event(request, text, tokens, final=True, reason=reason)
         self._streams.pop(request.id, None)
         self._seq.pop(request.id, None)
+        self._owner.pop(request.id, None)
         return event
 
     def _event(self, request: TextRequest, text: str, tokens: list[int], final: bool, reason: str) -> TextEvent:
         seq = self._seq[request.id]
         self._seq[request.id] = seq + 1
-        return TextEvent(request.id, request.task, seq, text, tokens, final, reason, request.frame_seq, request.frame_stamp_ns)
+        robot = self._owner.get(request.id, DEFAULT_ROBOT)
+        self._robots[robot].tokens += len(tokens)
+        return TextEvent(request.id, request.task, seq, text, tokens, final, reason, request.frame_seq,
+                         request.frame_stamp_ns, robot)
 
     def drain(self, max_steps: int = 100_000) -> list[TextEvent]:
         """Decode until no request is live (the ``shared``/``sequential`` modes finish text inside a frame)."""
@@ -310,29 +421,40 @@ class Engine:
         return events
 
     # ---------------------------------------------------------------------------------------- questions
-    def question_refusal(self, n_continuation: int, max_tokens: int) -> str | None:
+    def question_refusal(self, n_continuation: int, max_tokens: int, robot: str = DEFAULT_ROBOT) -> str | None:
         """Why a question of this size would be refused now, or None. Reads counters only, so another thread
         may ask before handing the question over (the engine's own `ask` decides for good)."""
         if n_continuation < 1 or max_tokens < 1:
             return f"a question needs at least one prompt token and max_tokens >= 1 (got {n_continuation}, {max_tokens})"
-        if self.questions.full():
-            return f"queue full: {len(self.questions)} questions already wait for the next frame"
-        return self.kv.refusal(n_continuation + max_tokens, self._prefix_tokens, self.questions.tokens_needed)
+        slot = self.robot(robot)
+        if slot.questions.full():
+            return f"queue full: {len(slot.questions)} questions already wait for the next frame"
+        pending = sum(r.questions.tokens_needed for r in self._robots.values())
+        return self.kv.refusal(n_continuation + max_tokens, slot.prefix_tokens, pending)
 
-    def ask(self, continuation: Sequence[int], max_tokens: int, stop: Sequence[str] = ()) -> int:
-        """Queue a question for the next tick, which forks it from that frame's prefix after the action chunk.
+    def ask(self, continuation: Sequence[int], max_tokens: int, stop: Sequence[str] = (),
+            robot: str = DEFAULT_ROBOT) -> int:
+        """Queue a question for the robot's next tick, which forks it from that frame's prefix after the action
+        chunk.
 
         Returns its request id (its TextEvents carry it, task ``ask``); raises QuestionRefused with the reason.
         The next tick may still refuse it (KV memory, queue): then its id is in that TickResult's ``refused``.
         """
-        reason = self.question_refusal(len(continuation), max_tokens)
+        reason = self.question_refusal(len(continuation), max_tokens, robot)
         if reason:
             raise QuestionRefused(reason)
         question = Question(self.kv.new_request_id(), tuple(int(t) for t in continuation), int(max_tokens), tuple(stop))
-        self.questions.push(question)
+        self.robot(robot).questions.push(question)
+        self._owner[question.id] = robot
         if question.stop:
             self._question_stops[question.id] = question.stop
         return question.id
+
+    def _cancelled(self, request_id: int, task: str) -> TextEvent:
+        """The final event of a request that never started (a pending question, a waiting request)."""
+        self._question_stops.pop(request_id, None)
+        robot = self._owner.pop(request_id, DEFAULT_ROBOT)
+        return TextEvent(request_id, task, 0, "", [], True, "cancelled", -1, 0, robot)
 
     def cancel(self, request_id: int) -> TextEvent | None:
         """End one request: a live one (its KV is freed), a question not forked yet, or a waiting one.
@@ -341,31 +463,33 @@ class Engine:
         request = self.kv.get(request_id)
         if request is not None:
             return self._end(request, "cancelled", self._streams[request.id].finish(), [])
-        question = self.questions.remove(request_id)
+        slot = self._robots.get(self._owner.get(request_id, DEFAULT_ROBOT), self._robots[DEFAULT_ROBOT])
+        question = slot.questions.remove(request_id)
         spec = self.kv.cancel_waiting(request_id) if question is None else None
         if question is None and spec is None:
             return None
-        self._question_stops.pop(request_id, None)
-        task = ASK_TASK if question is not None else spec.task  # type: ignore[union-attr]
-        return TextEvent(request_id, task, 0, "", [], True, "cancelled", -1, 0)
+        return self._cancelled(request_id, ASK_TASK if question is not None else spec.task)  # type: ignore[union-attr]
 
-    def cancel_all(self) -> list[TextEvent]:
-        """Finish every live request with reason ``cancelled`` (shutdown), and every question not started yet;
-        returns their final events. Scheduled tasks' waiting requests are dropped silently (nothing streamed)."""
-        events = [self._end(r, "cancelled", self._streams[r.id].finish(), []) for r in self.kv.running()]
-        for question in self.questions.take_all():
-            events.append(TextEvent(question.id, ASK_TASK, 0, "", [], True, "cancelled", -1, 0))
-        for rid in self.kv.waiting_ids():
+    def cancel_all(self, robot: str | None = None) -> list[TextEvent]:
+        """Finish every live request (of one robot, or of all) with reason ``cancelled`` (shutdown, a new
+        episode), and every question not started yet; returns their final events. Scheduled tasks' waiting
+        requests are dropped silently (nothing streamed)."""
+        mine = lambda rid: robot is None or self._owner.get(rid, DEFAULT_ROBOT) == robot  # noqa: E731
+        events = [self._end(r, "cancelled", self._streams[r.id].finish(), []) for r in self.kv.running() if mine(r.id)]
+        for slot in self._robots.values():
+            if robot is None or slot.name == robot:
+                events += [self._cancelled(q.id, ASK_TASK) for q in slot.questions.take_all()]
+        for rid in self.kv.waiting_ids(robot):
             spec = self.kv.cancel_waiting(rid)
             if spec is not None and spec.task == ASK_TASK:
-                events.append(TextEvent(rid, ASK_TASK, 0, "", [], True, "cancelled", -1, 0))
-        self._question_stops.clear()
+                events.append(self._cancelled(rid, ASK_TASK))
+            self._owner.pop(rid, None)
         return events
 
     def stats(self) -> EngineStats:
         kv = self.kv.stats()
         return EngineStats(
-            ticks=self._ticks,
+            ticks=sum(r.ticks for r in self._robots.values()),
             decode_steps=self._decode_steps,
             tokens_generated=self._tokens,
             last_prefill_s=self._last["prefill"],

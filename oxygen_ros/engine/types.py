@@ -74,6 +74,7 @@ class TickResult:
     waiting: list[tuple[int, str]] = field(default_factory=list)
     refused: list[tuple[int, str, str]] = field(default_factory=list)  # (request id, task, reason)
     events: list[TextEvent] = field(default_factory=list)  # text of a decode step run during the action chunk
+    robot: str = ""  # the robot this tick served ("" the engine's first)
 
 
 @dataclass
@@ -89,3 +90,4 @@ class TextEvent:
     finish_reason: str  # "" while streaming
     frame_seq: int  # the frame the request was forked from
     frame_stamp_ns: int
+    robot: str = ""  # the robot whose frame it was forked from ("" the engine's first)

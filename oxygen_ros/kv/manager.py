@@ -1,5 +1,9 @@
 """Unified KV cache manager: shared frame prefixes, text requests, admission and back-pressure.
 
+The pool is shared by every robot an engine serves; each robot (``owner``) has a reserved scratch of one
+prefix, so whatever the text requests of all robots hold, every robot's next action prefill finds room.
+Waiting requests carry their owner and fork only from that owner's frames.
+
 Not thread-safe: one engine thread owns the manager.
 """
 
@@ -25,6 +29,7 @@ class WaitingSpec:
     max_tokens: int
     frame_seq: int
     created_at: float = field(default_factory=time.monotonic)
+    owner: str = ""  # the robot whose frames it forks from
 
 
 @dataclass
@@ -74,8 +79,8 @@ class KVCacheManager:
             raise ValueError(f"KVCacheManager: reserve_tokens={reserve_tokens} does not fit in a pool of "
                              f"{pool.largest_free_run} free contiguous tokens")
         self.pool, self.reserve_tokens, self.admission, self.max_waiting = pool, reserve_tokens, admission, max_waiting
-        self._scratch = scratch
-        self._scratch_owner: SharedPrefix | None = None
+        self._scratches: list[Extent] = [scratch]  # one per robot served: its action prefill's floor
+        self._scratch_users: dict[int, SharedPrefix] = {}  # scratch start → the prefix living there
         self._prefixes: dict[int, SharedPrefix] = {}
         self._running: dict[int, TextRequest] = {}
         self._waiting: deque[WaitingSpec] = deque()
@@ -84,22 +89,37 @@ class KVCacheManager:
         self._refused = self._admitted = self._finished = 0
 
     # -- prefixes ---------------------------------------------------------------------------------
+    @property
+    def reserved_tokens(self) -> int:
+        """Slots kept back for action prefills: one prefix per robot."""
+        return self.reserve_tokens * len(self._scratches)
+
+    def add_reserve(self) -> None:
+        """Keep back one more prefix of slots (an engine serving one more robot)."""
+        scratch = self.pool.allocate(self.reserve_tokens)
+        if scratch is None:
+            raise ValueError(f"KVCacheManager: no room for another action reserve of {self.reserve_tokens} tokens "
+                             f"({self.pool.largest_free_run} free contiguous); raise the KV budget")
+        self._scratches.append(scratch)
+
     def new_prefix(self, n_tokens: int, frame_seq: int, stamp_ns: int) -> SharedPrefix:
-        """Room for one frame's prefix (refcount 1, held by the caller): arena first, else the scratch."""
+        """Room for one frame's prefix (refcount 1, held by the caller): arena first, else a free scratch."""
         if not 0 < n_tokens <= self.reserve_tokens:
             raise ValueError(f"new_prefix: n_tokens={n_tokens} must be in 1..reserve_tokens={self.reserve_tokens}")
         extent, shareable = self.pool.allocate(n_tokens), True
         if extent is None:
-            if self._scratch_owner is not None:
+            free = [x for x in self._scratches if x.start not in self._scratch_users]
+            if not free:
+                holder = self._scratch_users[self._scratches[0].start]
                 raise RuntimeError(f"new_prefix: arena full and the action scratch is still held by prefix "
-                                   f"{self._scratch_owner.id} (frame {self._scratch_owner.frame_seq}); "
+                                   f"{holder.id} (frame {holder.frame_seq}); "
                                    f"release the previous prefix before prefilling")
-            extent, shareable = Extent(self._scratch.start, n_tokens), False
+            extent, shareable = Extent(free[0].start, n_tokens), False
         prefix = SharedPrefix(self._next_prefix_id, frame_seq, stamp_ns, extent, n_tokens, 1, shareable)
         self._next_prefix_id += 1
         self._prefixes[prefix.id] = prefix
         if not shareable:
-            self._scratch_owner = prefix
+            self._scratch_users[extent.start] = prefix
         return prefix
 
     def retain(self, prefix: SharedPrefix) -> None:
@@ -117,7 +137,7 @@ class KVCacheManager:
             if prefix.shareable:
                 self.pool.free(prefix.extent)
             else:
-                self._scratch_owner = None
+                del self._scratch_users[prefix.extent.start]
 
     # -- requests ---------------------------------------------------------------------------------
     def new_request_id(self) -> int:
@@ -127,8 +147,8 @@ class KVCacheManager:
         return rid
 
     def submit(self, task: str, prefix: SharedPrefix, continuation: list[int], max_tokens: int,
-               frame_seq: int, stamp_ns: int, request_id: int | None = None) -> Admission:
-        """Start a text request from ``prefix`` now, queue it for a later frame, or refuse it.
+               frame_seq: int, stamp_ns: int, request_id: int | None = None, owner: str = "") -> Admission:
+        """Start a text request from ``prefix`` now, queue it for a later frame of ``owner``, or refuse it.
 
         ``request_id`` is one reserved with :meth:`new_request_id`; None takes the next id."""
         if not continuation or max_tokens <= 0:
@@ -139,7 +159,7 @@ class KVCacheManager:
         rid = self.new_request_id() if request_id is None else request_id
         need = len(continuation) + max_tokens
         # Even an empty arena must hold a frame prefix of this size next to the request's own extent.
-        if need + prefix.length > self.pool.capacity_tokens - self.reserve_tokens:
+        if need + prefix.length > self.pool.capacity_tokens - self.reserved_tokens:
             self._refused += 1
             return Admission("refused", None, "too_large", rid)
         if prefix.shareable:
@@ -154,19 +174,20 @@ class KVCacheManager:
         while len(self._waiting) >= self.max_waiting:
             dropped.append(self._waiting.popleft())
             self._refused += 1
-        self._waiting.append(WaitingSpec(rid, task, list(continuation), max_tokens, frame_seq))
+        self._waiting.append(WaitingSpec(rid, task, list(continuation), max_tokens, frame_seq, owner=owner))
         return Admission("waiting", None, reason, rid, dropped)
 
-    def admit_waiting(self, prefix: SharedPrefix, frame_seq: int, stamp_ns: int) -> list[TextRequest]:
-        """Start waiting specs in FIFO order from this frame's prefix until the head does not fit."""
+    def admit_waiting(self, prefix: SharedPrefix, frame_seq: int, stamp_ns: int, owner: str = "") -> list[TextRequest]:
+        """Start ``owner``'s waiting specs in FIFO order from this frame's prefix until the first does not fit."""
         started: list[TextRequest] = []
-        while self._waiting and prefix.shareable and prefix.alive:
-            spec = self._waiting[0]
+        for spec in [s for s in self._waiting if s.owner == owner]:
+            if not (prefix.shareable and prefix.alive):
+                break
             request = self._start(spec.id, spec.task, prefix, spec.continuation, spec.max_tokens,
                                   frame_seq, stamp_ns, spec.created_at)
             if request is None:
                 break
-            self._waiting.popleft()
+            self._waiting.remove(spec)
             started.append(request)
         return started
 
@@ -188,9 +209,9 @@ class KVCacheManager:
         refused now (None: it would start or wait). ``pending_tokens`` are already promised to others.
 
         Reads only counters, so another thread may call it for a quick answer (the real admission decides)."""
-        if n_tokens + prefix_tokens > self.pool.capacity_tokens - self.reserve_tokens:
+        if n_tokens + prefix_tokens > self.pool.capacity_tokens - self.reserved_tokens:
             return (f"too large: {n_tokens} tokens plus a {prefix_tokens}-token frame prefix do not fit the KV budget "
-                    f"of {self.pool.capacity_tokens - self.reserve_tokens} tokens")
+                    f"of {self.pool.capacity_tokens - self.reserved_tokens} tokens")
         room = self.pool.free_tokens - pending_tokens - prefix_tokens
         if n_tokens <= room:
             return None
@@ -232,19 +253,22 @@ class KVCacheManager:
     def waiting_count(self) -> int:
         return len(self._waiting)
 
-    def waiting_ids(self) -> list[int]:
-        """Ids of the waiting specs, oldest first."""
-        return [spec.id for spec in self._waiting]
+    def waiting_of(self, owner: str) -> int:
+        return sum(spec.owner == owner for spec in self._waiting)
+
+    def waiting_ids(self, owner: str | None = None) -> list[int]:
+        """Ids of the waiting specs (of one owner, or all), oldest first."""
+        return [spec.id for spec in self._waiting if owner is None or spec.owner == owner]
 
     # -- lifecycle --------------------------------------------------------------------------------
     def stats(self) -> KVStats:
-        reserved = self._scratch.length * self.pool.bytes_per_token
+        reserved = self.reserved_tokens * self.pool.bytes_per_token
         return KVStats(
             used_bytes=self.pool.used_bytes - reserved, capacity_bytes=self.pool.capacity_bytes,
             budget_bytes=self.pool.capacity_bytes, reserved_bytes=reserved,
             live_prefixes=len(self._prefixes), live_requests=len(self._running), waiting=len(self._waiting),
             refused_total=self._refused, admitted_total=self._admitted, finished_total=self._finished,
-            scratch_in_use=self._scratch_owner is not None)
+            scratch_in_use=bool(self._scratch_users))
 
     def close(self) -> None:
         """Cancel every request, drop waiting specs and release every prefix, whoever holds it."""

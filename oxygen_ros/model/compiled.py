@@ -89,6 +89,10 @@ class FusedActionSampler:
         # evaluation from C++ instead of generated Python (measured: the chunk 126 → 113 ms, bench preset).
         options = {"cpp_wrapper": True} if model.device.type == "cpu" else None
         self._compiled = torch.compile(model.expert_network, fullgraph=True, dynamic=False, options=options)
+        # A batch of chunks (several robots) is a graph of its own, compiled on first use: batch size and prefix
+        # length are dynamic there, so one compilation serves every number of robots from 2 up.
+        self._compiled_batch: VelocityFn | None = torch.compile(model.expert_network, fullgraph=True, dynamic=False,
+                                                                options=options)
 
     @property
     def fused(self) -> bool:
@@ -96,7 +100,7 @@ class FusedActionSampler:
 
     def _fail(self, reason: str) -> None:
         self.failure = reason
-        self._compiled = None
+        self._compiled = self._compiled_batch = None
         log.warning("action chunk: compiling failed (%s); using the eager network (slower, same results)", reason)
 
     def _call_compiled(self, x_t: Tensor, prefix_k: Tensor, prefix_v: Tensor, cos: Tensor, sin: Tensor,
@@ -108,6 +112,32 @@ class FusedActionSampler:
             torch._dynamo.mark_dynamic(t, 2)
         # The first step's x_t comes from outside inference mode; a clone makes every call's input alike.
         return self._compiled(x_t.clone(), prefix_k, prefix_v, cos, sin, mods, prefix_bias)
+
+    def _call_compiled_batch(self, x_t: Tensor, prefix_k: Tensor, prefix_v: Tensor, cos: Tensor, sin: Tensor,
+                             mods: Tensor, prefix_bias: Tensor | None = None) -> Tensor:
+        assert self._compiled_batch is not None and prefix_bias is not None
+        for t in (prefix_k, prefix_v):  # [L, B, T, Hkv, D]
+            torch._dynamo.mark_dynamic(t, 1)
+            torch._dynamo.mark_dynamic(t, 2)
+        torch._dynamo.mark_dynamic(prefix_bias, 0)
+        torch._dynamo.mark_dynamic(prefix_bias, 3)
+        for t in (cos, sin):
+            torch._dynamo.mark_dynamic(t, 0)
+        x_t = x_t.clone()
+        torch._dynamo.mark_dynamic(x_t, 0)
+        return self._compiled_batch(x_t, prefix_k, prefix_v, cos, sin, mods, prefix_bias)
+
+    def sample_batch(self, prefix_k: list[Tensor], prefix_v: list[Tensor], noise: Tensor) -> Tensor:
+        """Chunks for B >= 2 prefixes at once (:meth:`Pi05Model.sample_actions_batch`) through the compiled
+        network; the eager one where compiling failed."""
+        if self._compiled_batch is None:
+            return self.model.sample_actions_batch(prefix_k, prefix_v, noise)
+        try:
+            with torch._dynamo.config.patch(use_recursive_dict_tags_for_guards=True):
+                return self.model.sample_actions_batch(prefix_k, prefix_v, noise, network=self._call_compiled_batch)
+        except Exception as exc:  # noqa: BLE001 - as in __call__: fall back to eager, once
+            self._fail(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            return self.model.sample_actions_batch(prefix_k, prefix_v, noise)
 
     def __call__(self, prefix_k: Tensor, prefix_v: Tensor, noise: Tensor) -> Tensor:
         if self._compiled is None:

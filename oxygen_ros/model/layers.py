@@ -144,8 +144,8 @@ def attend_two_parts(q: Tensor, k1: Tensor, v1: Tensor, k2: Tensor, v2: Tensor, 
 
     Used by the action expert: part 1 is the frame's cached prefix (read in place, never copied), part 2 the
     action tokens themselves (all visible to each other). One softmax over both score blocks equals attending
-    to the concatenation. q [B, S, H, D]; k/v [B, T, Hkv, D] → [B, S, H*D]. ``bias1`` [T1] (0 or -inf) hides
-    slots of part 1 (a prefix padded to a static length).
+    to the concatenation. q [B, S, H, D]; k/v [B, T, Hkv, D] → [B, S, H*D]. ``bias1`` [T1] or [B, 1, 1, T1]
+    (0 or -inf) hides slots of part 1 (a prefix padded to a static length, or each row's padding in a batch).
     """
     s, hkv = q.shape[1], k1.shape[2]
     qf = _fold_heads(q, hkv)

@@ -203,11 +203,14 @@ class Pi05Model(nn.Module):
         return PrefixOutput(length=t, num_image_tokens=n_img, last_hidden=hidden)
 
     # ---------------------------------------------------------------------------------------------- actions
-    def denoise_schedule(self, prefix_length: int, horizon: int, num_steps: int | None = None) -> DenoiseSchedule:
+    def denoise_schedule(self, prefix_length: int | Sequence[int], horizon: int, num_steps: int | None = None) -> DenoiseSchedule:
         """What every Euler step of one chunk needs and that does not depend on x_t: the action tokens' RoPE
-        tables, the flow times (1 → 0) and every adaptive norm's modulation at each of them."""
+        tables, the flow times (1 → 0) and every adaptive norm's modulation at each of them. Several prefix
+        lengths (a batch of chunks) give one row of RoPE tables per chunk."""
         steps = num_steps or self.config.num_denoise_steps
-        positions = torch.arange(prefix_length, prefix_length + horizon, device=self.device).unsqueeze(0)
+        lengths = [prefix_length] if isinstance(prefix_length, int) else list(prefix_length)
+        start = torch.tensor(lengths, device=self.device).unsqueeze(1)
+        positions = start + torch.arange(horizon, device=self.device).unsqueeze(0)  # [B, H]
         cos, sin = self.rope.cos_sin(positions, self.dtype)
         dt = -1.0 / steps
         times = flow_times(steps)
@@ -222,7 +225,8 @@ class Pi05Model(nn.Module):
         x_t [1, H, A] float32 → velocity [1, H, A] float32. prefix_k/v[i] [1, T, Hkv, D] is layer i's cached
         prefix (a [L, 1, T, Hkv, D] tensor or a sequence of per-layer views), read, never written; ``mods``
         [2·L + 1, 3W] is one flow time's row of :meth:`_action_modulations`; ``prefix_bias`` [T] (0 or -inf)
-        hides prefix slots (a prefix padded to a static length).
+        hides prefix slots (a prefix padded to a static length). A batch of chunks: x_t [B, H, A], prefix
+        [B, T, Hkv, D] per layer, cos/sin [B, H, D] and ``prefix_bias`` [B, 1, 1, T] (see ``pad_prefixes``).
         """
         x = self._embed_actions(x_t)
         for i, layer in enumerate(self.layers):
@@ -258,6 +262,25 @@ class Pi05Model(nn.Module):
         pk, pv = prefix_k.unsqueeze(1), prefix_v.unsqueeze(1)  # [L, 1, T, Hkv, D] views
         x_t = noise.to(self.device, torch.float32).unsqueeze(0)
         return self.denoise(pk, pv, x_t, schedule, network or self.expert_network)[0]
+
+    @torch.inference_mode()
+    def sample_actions_batch(
+        self, prefix_k: Sequence[Tensor], prefix_v: Sequence[Tensor], noise: Tensor, num_steps: int | None = None,
+        network: VelocityFn | None = None,
+    ) -> Tensor:
+        """One action chunk for each of B prefixes of different lengths, in one batched Euler loop.
+
+        prefix_k/v[b] [L, T_b, Hkv, D] (read only); noise [B, H, A] → [B, H, A] float32. The prefixes are
+        copied into one right-padded [L, B, T_max, Hkv, D] block whose padding a key bias hides, and each
+        chunk's action tokens take RoPE positions after its own prefix, so chunk b equals
+        :meth:`sample_actions` on prefix b alone up to floating-point rounding.
+        """
+        if len(prefix_k) != noise.shape[0] or len(prefix_v) != noise.shape[0]:
+            raise ValueError(f"{len(prefix_k)} prefixes for {noise.shape[0]} noise rows")
+        pk, pv, bias = pad_prefixes(prefix_k, prefix_v)
+        schedule = self.denoise_schedule([k.shape[1] for k in prefix_k], noise.shape[1], num_steps)
+        x_t = noise.to(self.device, torch.float32)
+        return self.denoise(pk, pv, x_t, schedule, network or self.expert_network, bias)
 
     def denoise(
         self, prefix_k: Sequence[Tensor], prefix_v: Sequence[Tensor], x_t: Tensor, schedule: DenoiseSchedule,
@@ -362,6 +385,22 @@ class Pi05Model(nn.Module):
         for time in flow_times(steps).tolist():
             x_t = x_t + dt * self.joint_velocity(images, image_mask, tokens, x_t, time)
         return x_t
+
+
+def pad_prefixes(prefix_k: Sequence[Tensor], prefix_v: Sequence[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    """Prefixes [L, T_b, Hkv, D] → right-padded keys and values [L, B, T_max, Hkv, D] and the additive key bias
+    [B, 1, 1, T_max] (0 on each prefix's own slots, -inf on its padding) that attention adds to its scores."""
+    lengths = [k.shape[1] for k in prefix_k]
+    first, t_max = prefix_k[0], max(lengths)
+    shape = (first.shape[0], len(lengths), t_max, *first.shape[2:])
+    pk = first.new_zeros(shape)
+    pv = first.new_zeros(shape)
+    bias = torch.zeros(len(lengths), 1, 1, t_max, dtype=torch.float32, device=first.device)
+    for b, (k, v, t) in enumerate(zip(prefix_k, prefix_v, lengths)):
+        pk[:, b, :t].copy_(k)
+        pv[:, b, :t].copy_(v)
+        bias[b, ..., t:] = float("-inf")
+    return pk, pv, bias
 
 
 def count_parameters(model: nn.Module) -> int:
