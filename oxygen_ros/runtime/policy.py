@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,6 +132,18 @@ class PolicyRuntime:
         self.chunker = RealTimeChunker(
             RtcSettings(config.rtc, config.rtc_beta, config.rtc_prefix_attention_horizon, config.rtc_schedule)
         )
+        self._chunkers: dict[str, RealTimeChunker] = {"": self.chunker}  # per robot served
+
+    def add_robot(self, name: str) -> None:
+        """Serve one more robot from this runtime's engine (one model): see :meth:`step_many`."""
+        if self.mode not in ("oxygen", "action_only"):
+            raise ValueError(f"several robots need engine_mode oxygen or action_only, not {self.mode!r}")
+        self.engine.add_robot(name)
+        self._chunkers[name] = RealTimeChunker(self.chunker.settings)
+
+    @property
+    def robots(self) -> list[str]:
+        return self.engine.robots
 
     # ------------------------------------------------------------------------------------------ loading
     @classmethod
@@ -438,9 +450,33 @@ class PolicyRuntime:
         self.chunker.record(frame.stamp_ns, result.tick.actions)
         return result
 
-    def forget_chunk(self) -> None:
+    def step_many(self, frames: Mapping[str, FrameInput], step_period_s: float | None = None,
+                  latency_s: Mapping[str, float] | float = 0.0) -> dict[str, StepResult]:
+        """One tick of several robots (names from :meth:`add_robot`; ``""`` the first) in one engine tick: their
+        chunks in one batched call, their text forked from their own frames. Robots absent from ``frames``
+        are not served (not due, or no usable inputs). Text advances in :meth:`decode`, for all robots."""
+        if self.mode not in ("oxygen", "action_only"):
+            raise ValueError(f"several robots need engine_mode oxygen or action_only, not {self.mode!r}")
+        for name, frame in frames.items():
+            if step_period_s:
+                latency = latency_s if isinstance(latency_s, (int, float)) else latency_s.get(name, 0.0)
+                frame.guide = self._chunker(name).guide(frame.stamp_ns, step_period_s, latency)
+        ticks = self.engine.tick_many(frames, tasks=[] if self.mode == "action_only" else None)
+        out = {}
+        for name, tick in ticks.items():
+            out[name] = self._in_robot_units(tick, frames[name], [])
+            self._chunker(name).record(frames[name].stamp_ns, tick.actions)
+        return out
+
+    def _chunker(self, robot: str) -> RealTimeChunker:
+        try:
+            return self._chunkers[robot]
+        except KeyError:
+            raise ValueError(f"unknown robot {robot!r}; this runtime serves {self.robots}") from None
+
+    def forget_chunk(self, robot: str = "") -> None:
         """The last chunk was not executed (e.g. not published): the next one is not guided toward it."""
-        self.chunker.reset()
+        self._chunker(robot).reset()
 
     def _step(self, frame: FrameInput) -> StepResult:
         if isinstance(self.runner, OxygenRunner):
@@ -449,6 +485,9 @@ class PolicyRuntime:
         else:
             report = self.runner.frame(frame)
             tick, events = report.tick, report.events
+        return self._in_robot_units(tick, frame, events)
+
+    def _in_robot_units(self, tick: TickResult, frame: FrameInput, events: list[TextEvent]) -> StepResult:
         actions = self.normalizer.unnormalize_actions(tick.actions) if self.normalizer else np.asarray(tick.actions, np.float64)
         if self.delta_action_mask is not None and frame.robot_state is not None:
             # openpi AbsoluteActions / LeRobot AbsoluteActionsProcessorStep: masked dims are relative to the state.
@@ -490,11 +529,11 @@ class PolicyRuntime:
             return "engine_mode action_only decodes no text"
         return self.engine.question_refusal(n_tokens, max_tokens)
 
-    def ask(self, tokens: Sequence[int], max_tokens: int) -> int:
-        """Queue a question for the next frame; returns its request id (raises QuestionRefused)."""
+    def ask(self, tokens: Sequence[int], max_tokens: int, robot: str = "") -> int:
+        """Queue a question for the robot's next frame; returns its request id (raises QuestionRefused)."""
         if self.mode == "action_only":
             raise QuestionRefused("engine_mode action_only decodes no text")
-        return self.engine.ask(tokens, max_tokens)
+        return self.engine.ask(tokens, max_tokens, robot=robot)
 
     def cancel(self, request_id: int) -> list[TextEvent]:
         """Cancel one request or pending question; its final event (empty when it had already ended)."""

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -138,13 +139,23 @@ def _eval(args: argparse.Namespace) -> int:
         print(f"oxygen-sim: {exc}", file=sys.stderr)
         return 1
     results = []
-    bar = tqdm(evaluate(runtime, specs, settings), total=len(specs), desc=f"eval {config.engine_mode}",
+    bar = tqdm(evaluate(runtime, specs, settings, args.envs), total=len(specs), desc=f"eval {config.engine_mode}",
                disable=args.quiet, dynamic_ncols=True, file=sys.stderr)  # fmt: skip
-    for result in bar:
-        results.append(result)
-        bar.set_postfix(success=f"{sum(r.success for r in results)}/{len(results)}")
+    started = time.perf_counter()
+    try:
+        for result in bar:
+            results.append(result)
+            bar.set_postfix(success=f"{sum(r.success for r in results)}/{len(results)}")
+    except ValueError as exc:  # e.g. --envs with a mode that serves one robot only
+        print(f"oxygen-sim: {exc}", file=sys.stderr)
+        return 2
+    wall_s = time.perf_counter() - started
+    order = {s.seed: i for i, s in enumerate(specs)}
+    results.sort(key=lambda r: order[r.spec.seed])  # several environments finish out of order
     summary = summarize(results, runtime, settings)
     summary["seed"] = args.seed
+    summary["envs"] = args.envs
+    summary["wall_s"] = round(wall_s, 2)
     if args.json_out:
         episodes = [{
             "seed": r.spec.seed, "family": r.spec.family, "instruction": r.spec.instruction, "target": r.spec.target_name,
@@ -245,6 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--questions", type=int, default=0, help="questions asked per episode through the ask path (answer_accuracy)")
     ev.add_argument("--num-threads", type=int, help="torch CPU threads")
     _add_execution_args(ev)
+    ev.add_argument("--envs", type=int, default=1,
+                    help="episodes run at once through one engine (their chunks batched); default 1: one by one")
     ev.add_argument("--json-out", help="write the summary and every episode's details here")
     ev.add_argument("--quiet", action="store_true")
     ch = sub.add_parser("chunking", help="naive vs time-aligned vs time-aligned + RTC at several latencies")
@@ -273,6 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
+    if args.command == "eval" and args.envs < 1:
+        print("oxygen-sim: --envs must be >= 1", file=sys.stderr)
+        return 2
     if args.command in ("eval", "chunking") and args.episodes < 1:
         print("oxygen-sim: --episodes must be >= 1", file=sys.stderr)
         return 2

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 from oxygen_ros.engine import ASK_TASK
-from oxygen_ros.engine.types import TextEvent
-from oxygen_ros.runtime import InputError, PolicyRuntime
+from oxygen_ros.engine.types import FrameInput, TextEvent
+from oxygen_ros.runtime import InputError, PolicyRuntime, StepResult
 from oxygen_ros.runtime.alignment import ChunkTooLate, aligned_trajectory, replan_due
 from oxygen_ros.runtime.trajectory import JointLimits
 
@@ -118,12 +118,97 @@ class _TextCollector:
                     self.records.append(TextRecord(ev.task, text, label, ev.frame_seq))
 
 
-def _cancel_text(runtime: PolicyRuntime) -> None:
-    """End every live text request (of every worker) so nothing carries over into the next episode."""
-    runtime.engine.cancel_all()
+def _cancel_text(runtime: PolicyRuntime, robot: str = "") -> None:
+    """End every live text request of the robot (of every worker) so nothing carries over into the next episode."""
+    runtime.engine.cancel_all(robot if len(runtime.robots) > 1 else None)
     text_engine = getattr(runtime.runner, "text_engine", None)
     if text_engine is not None:
         text_engine.cancel_all()
+
+
+class EpisodeLoop:
+    """One episode between the engine's ticks: ``observe`` runs the physics to the next tick that wants a
+    chunk and returns its frame, ``act`` delivers the chunk. Several loops, one per robot of the runtime,
+    can share the ticks of one engine (``evaluate_batched``)."""
+
+    def __init__(self, runtime: PolicyRuntime, spec: EpisodeSpec, settings: EvalSettings, robot: str = "") -> None:
+        if runtime.config.engine_mode == "oxygen" and runtime.config.tokens_per_frame < 1:
+            raise ValueError("closed-loop evaluation needs tokens_per_frame >= 1 (deadline-driven decoding is not reproducible)")
+        self.runtime, self.spec, self.settings, self.robot = runtime, spec, settings, robot
+        runtime.engine.robot(robot).generator.manual_seed(spec.seed)  # the action noise is the episode's
+        runtime.engine.restart_schedule(robot)  # every episode starts its text tasks on the same ticks
+        runtime.forget_chunk(robot)  # the first chunk of an episode continues nothing
+        self.episode = SimEpisode(spec, settings.control_period_s, settings.time_limit_s)
+        self.labels: dict[int, dict[str, str | None]] = {}
+        self.text = _TextCollector(self.labels)
+        self.result = EpisodeResult(spec, False, None, 0.0, 0, 0, place=self.episode.location,
+                                    absent=self.episode.absent)
+        self._ask_at = {1 + 3 * i for i in range(settings.questions)}  # the chunks before which a question is asked
+        self._question_rng = np.random.default_rng([spec.seed, 29])
+        self.tick = 0  # control ticks since the episode started
+        self._last_chunk_s: float | None = None
+        self._stamp_ns = 0
+
+    def observe(self) -> FrameInput | None:
+        """Advance to the next tick that wants a chunk (``self.tick``) and return its frame; None once done."""
+        runtime, settings, episode = self.runtime, self.settings, self.episode
+        while True:
+            t = self.tick * settings.control_period_s
+            episode.advance(t)
+            if episode.done:
+                return None
+            if not replan_due(t, self._last_chunk_s, runtime.config.replan, runtime.n_action_steps,
+                              settings.action_period_s, slack_s=settings.control_period_s / 2):  # fmt: skip
+                self.tick += 1
+                continue
+            images = episode.images(runtime.image_size)
+            if settings.blank_cameras:
+                images = tuple(np.zeros_like(im) for im in images)
+            seq = runtime.engine.robot(self.robot).ticks
+            self.labels[seq] = {"language": episode.subtask, "memory": episode.memory, "location": episode.location}
+            self._stamp_ns = int(round(t * NS))
+            try:
+                frame = runtime.make_frame(images, episode.state, self.spec.instruction, self._stamp_ns, frame_seq=seq)
+            except InputError:
+                self.result.skipped_ticks += 1
+                self.tick += 1
+                continue
+            if self.result.chunks in self._ask_at:
+                question = draw_question(episode.scene, self._question_rng, settings.question_split)
+                request = runtime.ask(runtime.question_tokens(question.text), QUESTION_MAX_TOKENS, self.robot)
+                self.text.answers[request] = answer(episode.scene, question)
+            return frame
+
+    def act(self, step: StepResult) -> None:
+        """Deliver the chunk of the frame ``observe`` returned, as the node would; the tick is done."""
+        settings, runtime = self.settings, self.runtime
+        t = self.tick * settings.control_period_s
+        self._last_chunk_s = t
+        self.text.add(step.events)
+        try:
+            trajectory, _ = aligned_trajectory(
+                step.actions, settings.joint_names, settings.action_period_s, settings.limits, self._stamp_ns,
+                settings.latency_s, runtime.n_action_steps, settings.time_alignment or runtime.config.time_alignment,
+            )  # fmt: skip
+            self.episode.deliver(trajectory, at_s=t + settings.latency_s)
+        except ChunkTooLate as exc:  # as the node: nothing sent, the next chunk does not continue this one
+            self.result.rejected.append(str(exc))
+            runtime.forget_chunk(self.robot)
+        self.result.chunks += 1
+        self.result.actions.append(step.actions.copy())
+        self.tick += 1
+
+    def finish(self) -> EpisodeResult:
+        _cancel_text(self.runtime, self.robot)
+        result, episode = self.result, self.episode
+        result.success = episode.succeeded
+        result.time_to_success_s = episode.success_time_s
+        result.duration_s = episode.time_s
+        result.texts = self.text.records
+        result.switch_jumps = [s.jump for s in episode.switches]
+        result.jerk_rms = episode.jerk_rms()
+        result.rejected = episode.rejected
+        return result
 
 
 def run_episode(
@@ -133,81 +218,87 @@ def run_episode(
     on_tick: Callable[[SimEpisode, Any], None] | None = None,
 ) -> EpisodeResult:
     """One episode in simulated time; deterministic for the spec (the action noise is seeded by it)."""
-    if runtime.config.engine_mode == "oxygen" and runtime.config.tokens_per_frame < 1:
-        raise ValueError("closed-loop evaluation needs tokens_per_frame >= 1 (deadline-driven decoding is not reproducible)")
-    runtime.engine.generator.manual_seed(spec.seed)
-    runtime.engine.restart_schedule()  # every episode starts its text tasks on the same ticks
-    runtime.forget_chunk()  # the first chunk of an episode continues nothing
-    episode = SimEpisode(spec, settings.control_period_s, settings.time_limit_s)
-    labels: dict[int, dict[str, str | None]] = {}
-    text = _TextCollector(labels)
-    result = EpisodeResult(spec, False, None, 0.0, 0, 0, place=episode.location, absent=episode.absent)
-    ask_at = {1 + 3 * i for i in range(settings.questions)}  # the chunks before which a question is asked
-    question_rng = np.random.default_rng([spec.seed, 29])
-    size = runtime.image_size
-    tick = 0
-    last_chunk_s: float | None = None
-    while True:
-        t = tick * settings.control_period_s
-        episode.advance(t)
-        if episode.done:
-            break
-        if not replan_due(t, last_chunk_s, runtime.config.replan, runtime.n_action_steps, settings.action_period_s,
-                          slack_s=settings.control_period_s / 2):  # fmt: skip
-            tick += 1
-            continue
-        images = episode.images(size)
-        if settings.blank_cameras:
-            images = tuple(np.zeros_like(im) for im in images)
-        seq = runtime.stats().ticks
-        labels[seq] = {"language": episode.subtask, "memory": episode.memory, "location": episode.location}
-        stamp_ns = int(round(t * NS))
-        try:
-            frame = runtime.make_frame(images, episode.state, spec.instruction, stamp_ns, frame_seq=seq)
-        except InputError:
-            result.skipped_ticks += 1
-            tick += 1
-            continue
-        if result.chunks in ask_at:
-            question = draw_question(episode.scene, question_rng, settings.question_split)
-            request = runtime.ask(runtime.question_tokens(question.text), QUESTION_MAX_TOKENS)
-            text.answers[request] = answer(episode.scene, question)
+    loop = EpisodeLoop(runtime, spec, settings)
+    while (frame := loop.observe()) is not None:
         step = runtime.step(frame, settings.action_period_s, settings.latency_s)
-        last_chunk_s = t
-        text.add(step.events)
-        try:
-            trajectory, _ = aligned_trajectory(
-                step.actions, settings.joint_names, settings.action_period_s, settings.limits, stamp_ns,
-                settings.latency_s, runtime.n_action_steps, settings.time_alignment or runtime.config.time_alignment,
-            )  # fmt: skip
-            episode.deliver(trajectory, at_s=t + settings.latency_s)
-        except ChunkTooLate as exc:  # as the node: nothing sent, the next chunk does not continue this one
-            result.rejected.append(str(exc))
-            runtime.forget_chunk()
-        result.chunks += 1
-        result.actions.append(step.actions.copy())
-        text.add(runtime.decode())
+        loop.act(step)
+        loop.text.add(runtime.decode())
         if on_tick is not None:
-            on_tick(episode, step)
-        tick += 1
-    _cancel_text(runtime)
-    result.success = episode.succeeded
-    result.time_to_success_s = episode.success_time_s
-    result.duration_s = episode.time_s
-    result.texts = text.records
-    result.switch_jumps = [s.jump for s in episode.switches]
-    result.jerk_rms = episode.jerk_rms()
-    result.rejected = episode.rejected
-    return result
+            on_tick(loop.episode, step)
+    return loop.finish()
 
 
 def evaluate(
-    runtime: PolicyRuntime, specs: list[EpisodeSpec], settings: EvalSettings = EvalSettings()
+    runtime: PolicyRuntime, specs: list[EpisodeSpec], settings: EvalSettings = EvalSettings(), envs: int = 1
 ) -> Iterator[EpisodeResult]:
-    """Episode results one by one (for a progress bar); `summarize` turns them into the report."""
+    """Episode results as they finish (for a progress bar); `summarize` turns them into the report. With
+    ``envs`` > 1, that many episodes run at once through the runtime's one engine (``evaluate_batched``)."""
     with torch.inference_mode():
+        if envs > 1:
+            yield from evaluate_batched(runtime, specs, settings, envs)
+            return
         for spec in specs:
             yield run_episode(runtime, spec, settings)
+
+
+def env_robot(index: int) -> str:
+    """The runtime robot that simulated environment ``index`` drives (the first is the runtime's own)."""
+    return "" if index == 0 else f"env{index}"
+
+
+def evaluate_batched(
+    runtime: PolicyRuntime, specs: list[EpisodeSpec], settings: EvalSettings, envs: int
+) -> Iterator[EpisodeResult]:
+    """Up to ``envs`` episodes at once, each environment one robot of the runtime: every tick, the frames of
+    the environments due are served by one engine tick (their chunks in one batched call), then the decode
+    steps advance every environment's text together. An environment whose episode ends starts the next spec.
+    Each episode's chunks are those of ``run_episode`` (same frames, same seeded noise), up to float rounding.
+    """
+    if runtime.config.engine_mode not in ("oxygen", "action_only"):
+        raise ValueError(f"--envs needs engine_mode oxygen or action_only, not {runtime.config.engine_mode!r}")
+    for i in range(envs):
+        if env_robot(i) not in runtime.robots:
+            runtime.add_robot(env_robot(i))
+    queue = list(specs)
+    loops: dict[str, tuple[EpisodeLoop, int]] = {}  # robot → (its episode, the global tick its clock started at)
+    pending: dict[str, int] = {}  # robot → the global tick of its next frame
+    frames: dict[str, FrameInput] = {}
+
+    def start(robot: str, at: int) -> None:
+        while queue:
+            loop = EpisodeLoop(runtime, queue.pop(0), settings, robot)
+            frame = loop.observe()
+            loops[robot] = (loop, at)
+            if frame is not None:
+                frames[robot], pending[robot] = frame, at + loop.tick
+                return
+            finished.append(loop.finish())  # over before its first chunk
+        loops.pop(robot, None)
+
+    finished: list[EpisodeResult] = []
+    for i in range(min(envs, len(specs))):
+        start(env_robot(i), 0)
+    while pending:
+        now = min(pending.values())
+        due = [r for r, g in pending.items() if g == now]
+        steps = runtime.step_many({r: frames.pop(r) for r in due}, settings.action_period_s, settings.latency_s)
+        for robot in due:
+            del pending[robot]
+            loops[robot][0].act(steps[robot])
+        events = runtime.decode()
+        for robot, (loop, _) in loops.items():
+            loop.text.add([e for e in events if e.robot == robot])
+        for robot in due:
+            loop, at = loops[robot]
+            frame = loop.observe()
+            if frame is not None:
+                frames[robot], pending[robot] = frame, at + loop.tick
+                continue
+            finished.append(loop.finish())
+            start(robot, at + loop.tick)
+        yield from finished
+        finished.clear()
+    yield from finished
 
 
 def _ratio(pairs: list[tuple[int, int]]) -> float | None:
