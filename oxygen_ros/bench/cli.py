@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from . import fleet
 from .machine import describe, load_average, machine_info
 from .report import add_comparisons, format_table, write_outputs
 from .workload import Workload, bf16_supported
@@ -54,6 +55,30 @@ def _command(argv: list[str], out: Path) -> str:
     return "oxygen-bench " + " ".join(out.name if a == str(out) else a for a in argv)
 
 
+def _fleet(args: argparse.Namespace, workload: Workload, machine: dict, argv: list[str] | None) -> int:
+    """``--robots``: one engine serving N robots against N separate processes (``bench/fleet.py``)."""
+    args.k = 1
+    args.frames = args.frames or 1000
+    header = (f"oxygen-bench --robots {args.robots}: preset {args.preset}, {args.device}, {workload.dtype}, "
+              f"H={args.horizon}, {args.denoise_steps} denoising steps, text {args.decode_len} tokens per robot per "
+              f"frame, 1 decode step per tick, actions {args.actions}, {args.seconds:.0f} s per run, "
+              f"{args.repeats} rounds (medians)\nmachine: {describe(machine)}")
+    print(header, file=sys.stderr, flush=True)
+    result = fleet.run(args, workload)
+    machine["load_average_at_end"] = load_average()
+    table = fleet.format_table(result, args.horizon, header)
+    print(table)
+    print(f"(load average at start {machine['load_average_at_start']}, at end {machine['load_average_at_end']})")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        meta = {"machine": machine, "workload": asdict(workload),
+                "command": _command(argv if argv is not None else sys.argv[1:], args.out)}
+        (args.out / "fleet.json").write_text(json.dumps(result | meta, indent=1))
+        (args.out / "fleet.txt").write_text(table + "\n")
+        print(f"wrote {args.out / 'fleet.txt'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="oxygen-bench",
@@ -83,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kv-budget-mb", type=int, default=96,
                         help="KV pool of each engine (default 96; a full pi05 at N = 30 needs about 1024)")
     parser.add_argument("--out", type=Path, help="write results.json, table.txt and PNG plots here")
+    fleet.add_arguments(parser)
     args = parser.parse_args(argv)
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -97,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)  # so the record shows what the workers use
     machine = machine_info(args.device, 1 if args.lanes else None)
+    if args.robots:
+        return _fleet(args, replace(workload, lanes=False), machine, argv)
 
     header = (
         f"oxygen-bench: preset {args.preset}, {args.device}, {dtype}, H={args.horizon}, "
