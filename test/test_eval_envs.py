@@ -18,9 +18,9 @@ from oxygen_ros.sim.evaluate import deterministic_config, eval_specs, evaluate, 
 PARAMS = Path(__file__).resolve().parents[1] / "config" / "demo_policy.yaml"
 
 
-def load() -> PolicyRuntime:
+def load(backend: str = "eager") -> PolicyRuntime:
     config, _ = load_params(PARAMS)
-    return PolicyRuntime.load(deterministic_config(config))
+    return PolicyRuntime.load(dataclasses.replace(deterministic_config(config), action_backend=backend))
 
 
 def test_episodes_at_once_give_the_outcomes_of_one_by_one() -> None:
@@ -35,14 +35,32 @@ def test_episodes_at_once_give_the_outcomes_of_one_by_one() -> None:
     for a in alone:
         b = together[a.spec.seed]
         assert (a.success, a.chunks, a.time_to_success_s) == (b.success, b.chunks, b.time_to_success_s), a.spec
-        for x, y in zip(a.actions, b.actions):
-            np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-4)
+        assert all(np.array_equal(x, y) for x, y in zip(a.actions, b.actions))
         # the same things are said about the same frames (text may finish on other ticks: it is batched)
         said_a = {(t.frame_seq, t.task, t.text) for t in a.texts}
         said_b = {(t.frame_seq, t.task, t.text) for t in b.texts}
         assert said_a & said_b and len(said_a & said_b) >= 0.8 * min(len(said_a), len(said_b))
     assert any(a.success for a in alone)
     assert runtime.engine.kv.stats().live_requests == 0
+    assert runtime.engine.stats().ticks > 0
+
+
+def test_prefixes_of_equal_length_share_a_call_bit_for_bit() -> None:
+    runtime = load()
+    engine = runtime.engine
+    for name in ("b", "c"):
+        runtime.add_robot(name)
+    _, settings = load_params(PARAMS)
+    from oxygen_ros.sim.evaluate import EpisodeLoop
+
+    loops = {n: EpisodeLoop(runtime, spec, settings, n) for n, spec in zip(("", "b", "c"), eval_specs(40, 3))}
+    frames = {n: loop.observe() for n, loop in loops.items()}
+    calls = []
+    original = engine.act_batch
+    engine.act_batch = lambda prefixes, noise: calls.append(len(prefixes)) or original(prefixes, noise)
+    engine.tick_many(frames, exact=True)
+    lengths = sorted(f.prompt_tokens.numel() for f in frames.values())
+    assert sorted(calls) == sorted(lengths.count(n) for n in set(lengths))
 
 
 def test_cli_reports_envs_and_wall_time(capsys) -> None:  # noqa: ANN001

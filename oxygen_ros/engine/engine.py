@@ -290,11 +290,15 @@ class Engine:
         return out
 
     def tick_many(self, frames: Mapping[str, FrameInput], noise: Mapping[str, torch.Tensor] | None = None,
-                  tasks: Sequence[TextTask] | None = None) -> dict[str, TickResult]:
+                  tasks: Sequence[TextTask] | None = None, exact: bool = False) -> dict[str, TickResult]:
         """One tick of several robots: ``frames`` by robot name (the robots due and with fresh inputs; the
         others are simply absent). Each frame is prefilled once into the shared pool; all chunks are sampled
         in one batched call (each robot's own noise, or ``noise[name]``); then each robot's due text forks from
         its own prefix. A frame with a chunk guide (real-time chunking) is sampled on its own.
+
+        ``exact``: every chunk bit for bit what a one-robot engine gives (a closed loop then takes the same
+        path; padding a shorter prefix changes the rounding of its attention). Only prefixes of equal length
+        share a call then, and only on the eager network (a compiled network's code depends on the batch).
 
         Returns each robot's TickResult (``prefill_s`` its own prefill, ``action_s`` the batched call's time).
         """
@@ -309,12 +313,11 @@ class Engine:
             for name in names:
                 prefixes[name], prefill_s[name] = self.prefill(frames[name], name)
             noises = {n: noise[n] if noise and n in noise else self.sample_noise(n) for n in names}
-            plain = [n for n in names if frames[n].guide is None]
             actions: dict[str, torch.Tensor] = {}
             action_s: dict[str, float] = {}
-            if plain:
-                batch, seconds = self.act_batch([prefixes[n] for n in plain], torch.stack([noises[n] for n in plain]))
-                for i, n in enumerate(plain):
+            for group in self._action_groups([n for n in names if frames[n].guide is None], prefixes, exact):
+                batch, seconds = self.act_batch([prefixes[n] for n in group], torch.stack([noises[n] for n in group]))
+                for i, n in enumerate(group):
                     actions[n], action_s[n] = batch[i], seconds
             for n in names:
                 if n not in actions:
@@ -337,6 +340,17 @@ class Engine:
             self._last["prefill"] = sum(r.prefill_s for r in results.values())
             self._last["action"] = max(r.action_s for r in results.values())
         return results
+
+    def _action_groups(self, names: list[str], prefixes: Mapping[str, SharedPrefix], exact: bool) -> list[list[str]]:
+        """The robots whose chunks share one batched call."""
+        if not exact:
+            return [names] if names else []
+        if self.sample_actions != self.model.sample_actions:
+            return [[n] for n in names]
+        by_length: dict[int, list[str]] = {}
+        for n in names:
+            by_length.setdefault(prefixes[n].length, []).append(n)
+        return list(by_length.values())
 
     # -------------------------------------------------------------------------------------------- text
     def _begin(self, request: TextRequest) -> None:

@@ -229,13 +229,14 @@ def run_episode(
 
 
 def evaluate(
-    runtime: PolicyRuntime, specs: list[EpisodeSpec], settings: EvalSettings = EvalSettings(), envs: int = 1
+    runtime: PolicyRuntime, specs: list[EpisodeSpec], settings: EvalSettings = EvalSettings(), envs: int = 1,
+    exact: bool = True,
 ) -> Iterator[EpisodeResult]:
     """Episode results as they finish (for a progress bar); `summarize` turns them into the report. With
     ``envs`` > 1, that many episodes run at once through the runtime's one engine (``evaluate_batched``)."""
     with torch.inference_mode():
         if envs > 1:
-            yield from evaluate_batched(runtime, specs, settings, envs)
+            yield from evaluate_batched(runtime, specs, settings, envs, exact)
             return
         for spec in specs:
             yield run_episode(runtime, spec, settings)
@@ -247,12 +248,15 @@ def env_robot(index: int) -> str:
 
 
 def evaluate_batched(
-    runtime: PolicyRuntime, specs: list[EpisodeSpec], settings: EvalSettings, envs: int
+    runtime: PolicyRuntime, specs: list[EpisodeSpec], settings: EvalSettings, envs: int, exact: bool = True
 ) -> Iterator[EpisodeResult]:
     """Up to ``envs`` episodes at once, each environment one robot of the runtime: every tick, the frames of
     the environments due are served by one engine tick (their chunks in one batched call), then the decode
     steps advance every environment's text together. An environment whose episode ends starts the next spec.
-    Each episode's chunks are those of ``run_episode`` (same frames, same seeded noise), up to float rounding.
+    ``exact`` (``Engine.tick_many``): each episode's chunks are bit for bit those of ``run_episode`` (same
+    frames, same seeded noise), so every episode takes the same path and ends the same way; otherwise all due
+    chunks share one call and agree up to float rounding, which a closed loop can amplify (a joint state
+    digitized into the prompt lands in the next bin).
     """
     if runtime.config.engine_mode not in ("oxygen", "action_only"):
         raise ValueError(f"--envs needs engine_mode oxygen or action_only, not {runtime.config.engine_mode!r}")
@@ -281,7 +285,7 @@ def evaluate_batched(
     while pending:
         now = min(pending.values())
         due = [r for r, g in pending.items() if g == now]
-        steps = runtime.step_many({r: frames.pop(r) for r in due}, settings.action_period_s, settings.latency_s)
+        steps = runtime.step_many({r: frames.pop(r) for r in due}, settings.action_period_s, settings.latency_s, exact)
         for robot in due:
             del pending[robot]
             loops[robot][0].act(steps[robot])
