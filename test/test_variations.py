@@ -131,3 +131,15 @@ def test_summary_reports_each_family_and_keeps_absent_objects_out_of_the_targets
                                                      "memory_accuracy": None, "answer_accuracy": None}  # fmt: skip
     assert summary["success_by_target"] == {plain.target_name: [1, 2]}  # the absent name is not a target here
     assert summary["absent"] == {"episodes": 1, "nothing_lifted": 1}
+
+
+def test_the_gif_captions_an_answer_only_once_the_policy_answered() -> None:
+    from oxygen_ros.sim.media import AnswerOut, EpisodeLog, episode_frames
+
+    log = EpisodeLog(0, "pick up the red cup", 0, end_ns=10**9)
+    log.frames = [(k * 10**8, np.zeros((64, 64, 3), np.uint8)) for k in (1, 2, 3)]
+    answer = AnswerOut("what is in the gripper?", "red cup", source_ns=10**8, final_ns=2 * 10**8, truth="nothing")
+    log.answers = [answer]
+    before, at, after = (np.asarray(f)[-40:] for f in episode_frames(log)[:3])  # the answer's caption rows
+    assert not np.array_equal(before, at) and np.array_equal(at, after)
+    assert answer.mark == "✗" and answer.verdict == "(wrong; true: nothing)"

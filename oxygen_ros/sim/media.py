@@ -37,6 +37,11 @@ class AnswerOut:
     def mark(self) -> str:
         return "" if self.truth is None else ("✓" if self.answer.strip().lower() == self.truth.lower() else "✗")
 
+    @property
+    def verdict(self) -> str:
+        """The mark in words (the GIF's font has no ✓/✗), with the truth when wrong."""
+        return {"": "", "✓": "(right)", "✗": f"(wrong; true: {self.truth})"}[self.mark]
+
 
 @dataclass
 class EpisodeLog:
@@ -117,7 +122,7 @@ def episode_frames(log: EpisodeLog, width: int = 320) -> list[Image.Image]:
         answered = [a for a in log.answers if a.final_ns <= stamp]  # only once the policy answered
         if answered:
             a = answered[-1]
-            d.text((8, width + 70), f"asked: {a.question}  answer: {a.answer.strip()} {a.mark}", fill=(240, 200, 120), font=small)
+            d.text((8, width + 70), f"asked: {a.question}  answer: {a.answer.strip()} {a.verdict}", fill=(240, 200, 120), font=small)
         out.append(canvas)
     if out:  # hold the outcome on the last frame
         last = out[-1].copy()
