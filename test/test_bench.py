@@ -90,3 +90,20 @@ def test_decode_cost_interpolation_and_comparisons() -> None:
     assert oxy["speedup_action_vs_sequential"] == 3.0 and oxy["speedup_tokens_vs_sequential"] == 3.0
     assert oxy["fraction_of_action_only"] == 0.75
     assert abs(oxy["efficiency"] - (0.2 + 0.1 + 0.06) / 0.4) < 1e-12
+
+
+def test_robots_compares_one_engine_with_separate_processes(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "oxygen_ros.bench.cli", "--preset", "tiny", "--dtype", "float32", "--threads", "1",
+           "--robots", "1,2", "--seconds", "1", "--repeats", "1", "--decode-len", "2", "--actions", "eager",
+           "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((tmp_path / "fleet.json").read_text())
+    for n in ("1", "2"):
+        for way in ("fleet", "separate"):
+            row = result["rows"][n][way][0]
+            assert row["chunks_per_s"] > 0 and row["tokens_per_s"] > 0 and row["peak_mem_bytes"] > 0
+    assert result["rows"]["2"]["separate"][0]["threads_each"] == 1
+    assert set(result["parts"]) == {"P", "A", "D"} and set(result["parts"]["A"]) == {"1", "2"}
+    assert "fleet/separate chunks/s" in proc.stdout and "A(B)" in proc.stdout
+    assert result["command"].startswith("oxygen-bench ") and str(tmp_path) not in (tmp_path / "fleet.txt").read_text()
