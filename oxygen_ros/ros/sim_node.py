@@ -26,6 +26,7 @@ from trajectory_msgs.msg import JointTrajectory
 from oxygen_ros.interface.convert import array_to_image
 from oxygen_ros.interface.outputs import from_trajectory_msg
 from oxygen_ros.interface.param_spec import ConfigError, ParamSpec
+from oxygen_ros.sim.delay import DelayLine
 from oxygen_ros.sim.episode import EpisodeSpec
 from oxygen_ros.sim.evaluate import eval_specs
 from oxygen_ros.sim.phrasing import FAMILIES
@@ -74,6 +75,9 @@ SIM_PARAMS = (
     ParamSpec("wait_for_listener", "bool", False, "With wait_for_commander_s: also wait until someone subscribes "
               "to ~/episode (a recorder that must not miss the first episode)."),
     ParamSpec("exit_when_done", "bool", True, "Stop the node after the last episode."),
+    ParamSpec("transport_delay_s", "float", 0.0, "Added each way, as a network link would: images and joint states "
+              "are published this long after they were taken (stamped when taken), commands act this long after they "
+              "arrive. For kernels without tc netem.", low=0.0, high=5.0),
 )
 # fmt: on
 
@@ -102,6 +106,8 @@ class OxygenSimNode(Node):
         self._commander_seen = False
         self._held: EpisodeEvent | None = None  # the first episode's start while it waits for a commander
         self._lock = threading.Lock()  # the runner is used by the timers and the trajectory callback
+        self._outbox = DelayLine(v["transport_delay_s"])  # observations on their way out
+        self._inbox = DelayLine(v["transport_delay_s"])  # commands on their way in (used under the lock)
 
         self._base_pub = self.create_publisher(Image, v["base_camera_topic"], qos_profile_sensor_data)
         self._wrist_pub = self.create_publisher(Image, v["wrist_camera_topic"], qos_profile_sensor_data)
@@ -115,6 +121,8 @@ class OxygenSimNode(Node):
         self.create_subscription(Float64MultiArray, v["velocity_command_topic"], self._on_velocity, RELIABLE)
         self.create_timer(1.0 / v["physics_rate_hz"], self._on_physics)
         self.create_timer(1.0 / v["camera_rate_hz"], self._on_camera)
+        if v["transport_delay_s"] > 0:
+            self.create_timer(0.002, self._on_transport)
         self.get_logger().info(
             f"ready: {len(specs)} episodes from seed {v['seed']}, {v['image_size']} px cameras at {v['camera_rate_hz']:g} Hz, "
             f"joints {list(JOINT_NAMES)}"
@@ -158,7 +166,7 @@ class OxygenSimNode(Node):
             msg.header.stamp = self.get_clock().now().to_msg()
             msg.name = list(JOINT_NAMES)
             msg.position = [float(x) for x in state]
-            self._joint_pub.publish(msg)
+            self._send(self._joint_pub, msg)
         if self.runner.finished and not self.done.is_set():
             self.get_logger().info(f"all {len(self.runner.outcomes)} episodes done: "
                                    f"{sum(o.success for o in self.runner.outcomes)} succeeded")  # fmt: skip
@@ -183,10 +191,21 @@ class OxygenSimNode(Node):
             base, wrist = render(episode.scene, "base", size), render(episode.scene, "wrist", size)
             big = render(episode.scene, "base", viewer) if viewer else None
         stamp = self.get_clock().now().nanoseconds
-        self._base_pub.publish(array_to_image(base, stamp=stamp, frame_id="base_camera"))
-        self._wrist_pub.publish(array_to_image(wrist, stamp=stamp, frame_id="wrist_camera"))
+        self._send(self._base_pub, array_to_image(base, stamp=stamp, frame_id="base_camera"))
+        self._send(self._wrist_pub, array_to_image(wrist, stamp=stamp, frame_id="wrist_camera"))
         if big is not None and self._viewer_pub is not None:
             self._viewer_pub.publish(array_to_image(big, stamp=stamp, frame_id="base_camera"))
+
+    def _send(self, publisher: Any, msg: Any) -> None:
+        with self._lock:
+            self._outbox.push(self._now_s(), lambda: publisher.publish(msg))
+
+    def _on_transport(self) -> None:
+        """Hand on what the delay lines hold once its time has come."""
+        now = self._now_s()
+        with self._lock:
+            self._outbox.due(now)
+            self._inbox.due(now)
 
     def flush(self, timeout_s: float = 3.0) -> None:
         """Wait (bounded) until the episode reports are acknowledged, before the node goes away."""
@@ -199,18 +218,26 @@ class OxygenSimNode(Node):
             self.get_logger().warning(f"trajectory refused: {exc}", throttle_duration_sec=2.0)
             return
         with self._lock:
-            episode = self.runner.episode
-            before = len(episode.rejected) if episode else 0
-            self.runner.receive(trajectory, self._now_s())
-            rejected = episode.rejected[before:] if episode else []
+            self._inbox.push(self._now_s(), lambda: self._receive(trajectory))
+
+    def _receive(self, trajectory: Any) -> None:
+        """A trajectory reaches the simulated controller (under the lock)."""
+        episode = self.runner.episode
+        before = len(episode.rejected) if episode else 0
+        self.runner.receive(trajectory, self._now_s())
+        rejected = episode.rejected[before:] if episode else []
         if rejected:
             self.get_logger().warning(f"trajectory rejected: {rejected[0]}", throttle_duration_sec=2.0)
 
     def _on_velocity(self, msg: Float64MultiArray) -> None:
         with self._lock:
-            episode = self.runner.episode
-            before = len(episode.rejected) if episode else 0
-            self.runner.receive_velocity(JOINT_NAMES, list(msg.data), self._now_s())
-            rejected = episode.rejected[before:] if episode else []
+            self._inbox.push(self._now_s(), lambda: self._receive_velocity(list(msg.data)))
+
+    def _receive_velocity(self, velocities: list[float]) -> None:
+        """A velocity command reaches the simulated controller (under the lock)."""
+        episode = self.runner.episode
+        before = len(episode.rejected) if episode else 0
+        self.runner.receive_velocity(JOINT_NAMES, velocities, self._now_s())
+        rejected = episode.rejected[before:] if episode else []
         if rejected:
             self.get_logger().warning(f"velocity command rejected: {rejected[0]}", throttle_duration_sec=2.0)
