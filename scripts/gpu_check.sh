@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The GPU check, about 10 minutes on one CUDA GPU. Writes everything under docs/bench-gpu/ (or $OUT_DIR):
+# The GPU check, about 12 minutes on one CUDA GPU. Writes everything under docs/bench-gpu/ (or $OUT_DIR):
 #   1. conformance tests on CUDA (GPU = CPU for KV, actions and greedy text; CUDA graphs; lanes on streams);
-#   2. oxygen-bench --device cuda --quick (the bench preset, CUDA graphs for the chunk and the decode steps);
-#   3. the full pi05 preset with random weights, bfloat16: P, A, D(1), D(10), D(30) and the oxygen vs
-#      action_only frames at N = 30, k = 1.
+#   2. oxygen-bench --device cuda --quick (the bench preset, CUDA graphs for the chunk and the decode steps,
+#      the compiled prefill beside the eager one, and the frames with the eager prefill in the same run);
+#   3. the full pi05 preset with random weights, bfloat16: P (compiled and eager), A, D(1), D(10), D(30) and
+#      the oxygen vs action_only frames at N = 30, k = 1.
 # Python: $PYTHON, else .venv/bin/python if its torch sees CUDA, else python3. No network access is needed.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -42,9 +43,9 @@ if [[ "$(id -u)" == 0 ]] && ! unshare -n -- sh -c 'ip link set lo up' 2>/dev/nul
   export OXYGEN_IN_NETNS=1
 fi
 step conformance 150 "$py" -m pytest -q -p no:cacheprovider test/test_cuda.py test/test_cuda_graphs.py \
-  test/test_checkpoint.py -k "cuda or graph or bucket"
-step bench_quick 200 "$py" -m oxygen_ros.bench.cli --device cuda --quick --out "$out/bench"
-step pi05 240 "$py" -m oxygen_ros.bench.cli --device cuda --preset pi05 --dtype bfloat16 --modes action_only oxygen \
+  test/test_checkpoint.py -k "cuda or graph or bucket or fused_prefill"
+step bench_quick 300 "$py" -m oxygen_ros.bench.cli --device cuda --quick --eager-prefill --out "$out/bench"
+step pi05 420 "$py" -m oxygen_ros.bench.cli --device cuda --preset pi05 --dtype bfloat16 --modes action_only oxygen \
   --lengths 30 --tokens-per-frame 1 --frames 6 --kv-budget-mb 2048 --out "$out/pi05"
 echo "gpu_check: $([[ $status -eq 0 ]] && echo all steps passed || echo some steps FAILED); logs in $out" \
   | tee -a "$out/gpu_check.log"

@@ -16,6 +16,16 @@ def tiny_model(seed: int = 0, **changes) -> Pi05Model:
     return Pi05Model(TINY.replace(**changes) if changes else TINY).eval()
 
 
+def model_with_norms(prefix_attention: str = "causal_text", seed: int = 0) -> Pi05Model:
+    """A tiny model whose norm weights are not trivial (zeros would hide a norm applied wrongly)."""
+    model = tiny_model(seed, prefix_attention=prefix_attention)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("layernorm.weight", "layer_norm1.weight")) or name == "norm.weight":
+                p.normal_(0.0, 0.3)
+    return model
+
+
 def make_frame(cfg: ModelConfig, seq: int, prompt_len: int = 6, cameras: tuple[bool, ...] = (True, False, True)) -> FrameInput:
     g = torch.Generator().manual_seed(1000 + seq)
     s = cfg.vision.image_size

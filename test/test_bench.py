@@ -28,17 +28,22 @@ def run_bench(out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]
 @pytest.mark.skipif(compiler_available() is not None, reason="inductor needs a C++ compiler")
 def test_bench_with_the_compiled_chunk_reports_both_and_the_before_points(tmp_path: Path) -> None:
     proc, results = run_bench(tmp_path, "--modes", "action_only", "oxygen", "--lengths", "2", "--tokens-per-frame", "1",
-                              "--actions", "compiled", "--before")
+                              "--actions", "compiled", "--before", "--eager-prefill")
     parts = results["parts"]
     assert parts["action_fused"] and parts["action_path"] == "compiled" and parts["compile_s"] > 0
-    assert "compiled at start-up in" in proc.stdout and "before/after (same run" in proc.stdout
+    assert parts["prefill_fused"] and parts["prefill_compile_s"] > 0 and parts["prefill_eager_s"] > 0
+    assert "action chunk: fused (torch.compile)" in proc.stdout and "prefill: fused (torch.compile)" in proc.stdout
+    assert "before/after (same run" in proc.stdout and "before = eager prefill, all else" in proc.stdout
+    assert "share of the action_only frame" in proc.stdout and "share of the oxygen N=2 k=1 frame" in proc.stdout
     assert {r["mode"] for r in results["records"]} == {"action_only", "oxygen"}
-    assert {(r["mode"], r["decode_len"]) for r in results["before"]} == {("action_only", 0), ("oxygen", 2)}
+    for baseline in ("before", "eager_prefill"):
+        assert {(r["mode"], r["decode_len"]) for r in results[baseline]} == {("action_only", 0), ("oxygen", 2)}
 
 
 def test_bench_cli_writes_results_and_plots(tmp_path: Path) -> None:
     out = tmp_path / "bench"
-    proc, results = run_bench(out, "--lengths", "2", "3", "--tokens-per-frame", "1", "2", "--actions", "eager")
+    proc, results = run_bench(out, "--lengths", "2", "3", "--tokens-per-frame", "1", "2", "--actions", "eager",
+                              "--prefill", "eager")
     assert "timing:" in proc.stderr and "round 1/" in proc.stderr and "memory" in proc.stderr  # progress is shown
     machine = results["run"]["machine"]
     for key in ("cpu_model", "cpu_cores", "cpu_caches", "torch", "torch_threads"):
@@ -54,6 +59,7 @@ def test_bench_cli_writes_results_and_plots(tmp_path: Path) -> None:
     parts = results["parts"]
     assert parts["action_s"] > 0 and parts["action_eager_s"] > 0 and not parts["action_fused"]
     assert "compiled at start-up in" not in proc.stdout and parts["action_path"] == "eager"
+    assert not parts["prefill_fused"] and parts["prefill_eager_s"] > 0
     records = results["records"]
     modes = {r["mode"] for r in records}
     assert modes == {"action_only", "sequential", "parallel", "shared", "oxygen"}

@@ -5,7 +5,6 @@ processes, and real-time chunking (eager network, VJP) beside it in the engine."
 from __future__ import annotations
 
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -14,27 +13,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine_fixtures import make_frame
+from engine_fixtures import make_frame, model_with_norms
 from oxygen_ros.engine import Engine
 from oxygen_ros.engine.engine import EngineLanes
 from oxygen_ros.engine.types import ChunkGuide
-from oxygen_ros.model import compiled
 from oxygen_ros.model.compiled import FusedActionSampler, compiler_available, make_action_sampler
 from oxygen_ros.model.config import TINY
 from oxygen_ros.model.rtc import prefix_weights, sample_actions_rtc
 from oxygen_ros.model.vla import Pi05Model
 
 needs_compiler = pytest.mark.skipif(compiler_available() is not None, reason="inductor needs a C++ compiler")
-
-
-def model_with_norms(prefix_attention: str = "causal_text", seed: int = 0) -> Pi05Model:
-    torch.manual_seed(seed)
-    model = Pi05Model(TINY.replace(prefix_attention=prefix_attention)).eval()
-    with torch.no_grad():  # non-trivial norm weights, as in test_model
-        for name, p in model.named_parameters():
-            if name.endswith("layernorm.weight") or name == "norm.weight":
-                p.normal_(0.0, 0.3)
-    return model
 
 
 @pytest.fixture(scope="module")
@@ -101,40 +89,6 @@ def test_eager_backend_is_the_plain_method_bit_for_bit() -> None:
     assert torch.equal(sampler(k[:, sl], v[:, sl], noise), model.sample_actions(k[:, sl], v[:, sl], noise))
     with pytest.raises(ValueError, match="unknown action backend"):
         make_action_sampler(model, "jit")
-
-
-def test_no_compiler_falls_back_to_eager_with_one_warning(monkeypatch: pytest.MonkeyPatch,
-                                                           caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.setattr(compiled, "compiler_available", lambda: "no C++ compiler (g++) on PATH")
-    model = model_with_norms()
-    with caplog.at_level(logging.WARNING, logger="oxygen_ros.model.compiled"):
-        sampler = FusedActionSampler(model)
-        assert sampler.warm_up() == 0.0
-    k, v, sl, (*_, noise) = prefill(model, 300, 0)
-    assert not sampler.fused and "g++" in (sampler.failure or "")
-    assert torch.equal(sampler(k[:, sl], v[:, sl], noise), model.sample_actions(k[:, sl], v[:, sl], noise))
-    assert len([r for r in caplog.records if "eager" in r.getMessage()]) == 1
-
-
-def test_a_failing_compiled_call_falls_back_once(caplog: pytest.LogCaptureFixture) -> None:
-    model = model_with_norms()
-    sampler = FusedActionSampler(model)
-    calls = []
-
-    def broken(*args: object) -> torch.Tensor:
-        calls.append(1)
-        raise RuntimeError("inductor: C++ compile error\nlong details")
-
-    sampler._compiled = broken  # type: ignore[assignment]
-    k, v, sl, (*_, noise) = prefill(model, 300, 0)
-    with caplog.at_level(logging.WARNING, logger="oxygen_ros.model.compiled"):
-        first = sampler(k[:, sl], v[:, sl], noise)
-        second = sampler(k[:, sl], v[:, sl], noise)
-    expected = model.sample_actions(k[:, sl], v[:, sl], noise)
-    assert torch.equal(first, expected) and torch.equal(second, expected)
-    assert len(calls) == 1 and not sampler.fused and "C++ compile error" in (sampler.failure or "")
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "long details" not in warnings[0]
 
 
 _COMPILE_ONCE = """

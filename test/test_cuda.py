@@ -11,6 +11,7 @@ from engine_fixtures import decode_alone, make_frame, tiny_model
 from oxygen_ros.engine import Engine, TextTask, make_runner
 from oxygen_ros.engine.engine import EngineLanes
 from oxygen_ros.model.compiled import make_action_sampler
+from oxygen_ros.model.compiled_prefill import FusedPrefill
 from oxygen_ros.model.rtc import prefix_weights, sample_actions_rtc
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -39,6 +40,28 @@ def test_prefill_and_actions_match_the_cpu() -> None:
     guided = sample_actions_rtc(cpu, k[:, :n], v[:, :n], noise, target, weights, beta=5.0)
     got = sample_actions_rtc(gpu, kg[:, :n], vg[:, :n], noise, target, weights, beta=5.0)
     torch.testing.assert_close(got.cpu(), guided, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("prefix_attention", ["causal_text", "bidirectional"])
+def test_fused_prefill_on_cuda_matches_the_eager_one(prefix_attention: str) -> None:
+    """The compiled prefill (inductor's GPU kernels): eager's KV and last hidden state, for two prompt lengths
+    and camera counts from one compilation."""
+    gpu = tiny_model(seed=14, prefix_attention=prefix_attention).cuda()
+    fused = FusedPrefill(gpu)
+    fused.warm_up()
+    b = gpu.config.backbone
+    for seq, prompt_len, cameras in ((0, 6, (True, False, True)), (1, 11, (True, True, True))):
+        frame = make_frame(gpu.config, seq, prompt_len, cameras)
+        inputs = (frame.images.cuda(), frame.image_mask.cuda(), frame.prompt_tokens.cuda())
+        k = torch.zeros(2, b.depth, 200, b.num_kv_heads, b.head_dim, device="cuda")
+        v = torch.zeros_like(k)
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            got = fused(*inputs, k[0], v[0])
+        want = gpu.prefill(*inputs, k[1], v[1])
+        torch.testing.assert_close(k[0], k[1], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(v[0], v[1], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(got.last_hidden, want.last_hidden, rtol=1e-4, atol=1e-4)
+    assert fused.fused, fused.failure
 
 
 def _streams(engine: Engine, frames) -> dict[int, list[int]]:  # noqa: ANN001

@@ -100,11 +100,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="the action chunk: compiled with torch.compile (eager fallback), replayed from a CUDA "
                         "graph, or the eager network; auto = cuda_graph on CUDA (with decode steps from CUDA graphs "
                         "too), compiled on CPU")
+    parser.add_argument("--prefill", choices=("auto", "compiled", "eager"), default="auto",
+                        help="the prefill: compiled with torch.compile (eager fallback) or the eager network; auto = compiled")
     parser.add_argument("--no-lanes", dest="lanes", action="store_false",
                         help="run everything on the calling thread (no decode step overlapped with the action chunk)")
     parser.add_argument("--before", action="store_true",
-                        help="also time action_only and oxygen (largest N) on a plain engine (eager action chunk, "
-                        "no lanes), interleaved in the same rounds: the before/after comparison of one run")
+                        help="also time action_only and oxygen (largest N) on a plain engine (eager action chunk "
+                        "and prefill, no lanes), interleaved in the same rounds: the before/after comparison of one run")
+    parser.add_argument("--eager-prefill", action="store_true",
+                        help="also time action_only and oxygen (largest N) with the eager prefill, all else as this "
+                        "run's engine, interleaved in the same rounds")
     parser.add_argument("--kv-budget-mb", type=int, default=96,
                         help="KV pool of each engine (default 96; a full pi05 at N = 30 needs about 1024)")
     parser.add_argument("--out", type=Path, help="write results.json, table.txt and PNG plots here")
@@ -118,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     ks = tuple(args.ks or (QUICK_K if args.quick else FULL_K))
     frames = args.frames or (6 if args.quick else 12)
     workload = Workload(args.preset, args.device, dtype, args.horizon, args.denoise_steps, actions=args.actions,
-                        lanes=args.lanes, kv_budget_mb=args.kv_budget_mb)
+                        prefill=args.prefill, lanes=args.lanes, kv_budget_mb=args.kv_budget_mb)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     if args.threads:
         torch.set_num_threads(args.threads)  # so the record shows what the workers use
@@ -129,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     header = (
         f"oxygen-bench: preset {args.preset}, {args.device}, {dtype}, H={args.horizon}, "
         f"{args.denoise_steps} denoising steps, N in {list(lengths)}, k in {list(ks)}, {frames} measured frames, "
-        f"actions {args.actions}, lanes {'on' if args.lanes else 'off'}\nmachine: {describe(machine)}"
+        f"actions {args.actions}, prefill {args.prefill}, lanes {'on' if args.lanes else 'off'}\nmachine: {describe(machine)}"
     )
     print(header, file=sys.stderr, flush=True)
     started = time.monotonic()
@@ -143,17 +148,22 @@ def main(argv: list[str] | None = None) -> int:
     parts: dict = {}
     by_point: dict = {}
     baseline: list = []
+    unfused: list = []
     for group in (g for g in groups if g):
         isolated = group[0][0] == "parallel"
         print(f"[1/{steps}] timing: {len(group)} points" + (" of parallel mode" if isolated else " and the parts, interleaved")
               + " in one process", file=sys.stderr, flush=True)
         probe = [] if isolated else batches  # the parts come from the interleaved process
-        before = [p for p in group if p[0] == "action_only" or (p[0] == "oxygen" and p[1] == max(lengths))]
-        before = before if args.before and not isolated else []
+        compared = [p for p in group if p[0] == "action_only" or (p[0] == "oxygen" and p[1] == max(lengths))]
+        before = compared if args.before and not isolated else []
+        eager_prefill = compared if args.eager_prefill and not isolated else []
         timing = _run_worker(workload, ["--task", "timing", "--points", json.dumps(group), "--batches", json.dumps(probe),
-                                        "--frames", str(frames), "--before", json.dumps(before), *thread_args], "timing")
+                                        "--frames", str(frames), "--before", json.dumps(before),
+                                        "--eager-prefill", json.dumps(eager_prefill), *thread_args], "timing")
         if before:
             baseline = timing["before"]  # type: ignore[index]
+        if eager_prefill:
+            unfused = timing["eager_prefill"]  # type: ignore[index]
         if not isolated or not parts:
             parts = timing["parts"]  # type: ignore[index]
         by_point.update(zip(map(tuple, group), timing["records"]))  # type: ignore[index]
@@ -162,11 +172,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{i}/{steps}] peak memory of {mode}: each point in a process of its own", file=sys.stderr, flush=True)
         for j, point in enumerate(points):  # records come back in the order of points
             if point[0] == mode:
-                peaks = _run_worker(replace(workload, actions="eager"),
+                peaks = _run_worker(replace(workload, actions="eager", prefill="eager"),
                                     ["--task", "memory", "--mode", mode, "--points", json.dumps([point[1:]]), *thread_args], mode)
                 records[j]["peak_mem_bytes"] = peaks[0]  # type: ignore[index]
     add_comparisons(records, parts)  # type: ignore[arg-type]
-    print(format_table(records, parts, header, baseline))  # type: ignore[arg-type]
+    print(format_table(records, parts, header, baseline, unfused))  # type: ignore[arg-type]
     total = time.monotonic() - started
     machine["load_average_at_end"] = load_average()
     print(f"\n(total {total:.0f} s; load average at start {machine['load_average_at_start']}, at end "
@@ -174,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         meta = {"header": header, "machine": machine, "workload": asdict(workload), "total_s": total,
                 "command": _command(argv if argv is not None else sys.argv[1:], args.out)}
-        for path in write_outputs(args.out, records, parts, meta, baseline):  # type: ignore[arg-type]
+        for path in write_outputs(args.out, records, parts, meta, baseline, unfused):  # type: ignore[arg-type]
             print(f"wrote {path.name}")
     return 0
 

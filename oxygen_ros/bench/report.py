@@ -40,24 +40,53 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def format_before(before: list[dict], records: list[dict]) -> list[str]:
-    """Lines comparing the plain engine (eager action chunk, no lanes) with this run's engine, same rounds."""
+def format_before(before: list[dict], records: list[dict], what: str = "eager action chunk and prefill, no lanes") -> list[str]:
+    """Lines comparing points of a baseline engine (``what``) with this run's engine, timed in the same rounds."""
     after = {(r["mode"], r["decode_len"], r["tokens_per_frame"]): r for r in records}
     ceiling = {v: next((r["frame_ms"] for r in rs if r["mode"] == "action_only"), None)
                for v, rs in (("before", before), ("after", records))}
-    lines = ["", "before/after (same run, interleaved): before = eager action chunk, no lanes",
-             f"{'mode':<12}{'N':>4}{'k':>4}{'before ms':>11}{'after ms':>10}{'before /act-only':>18}{'after /act-only':>17}"]
+    lines = ["", f"before/after (same run, interleaved): before = {what}",
+             f"{'mode':<12}{'N':>4}{'k':>4}{'before ms':>11}{'after ms':>10}{'after/before':>14}"
+             f"{'before /act-only':>18}{'after /act-only':>17}"]
     for b in before:
         a = after.get((b["mode"], b["decode_len"], b["tokens_per_frame"]))
         if a is None or not ceiling["before"] or not ceiling["after"]:
             continue
         k = str(b["tokens_per_frame"]) if b["mode"] == "oxygen" else "-"
         lines.append(f"{b['mode']:<12}{b['decode_len']:>4}{k:>4}{b['frame_ms']:>11.1f}{a['frame_ms']:>10.1f}"
+                     f"{a['frame_ms'] / b['frame_ms']:>14.2f}"
                      f"{ceiling['before'] / b['frame_ms']:>18.0%}{ceiling['after'] / a['frame_ms']:>17.0%}")
     return lines
 
 
-def format_table(records: list[dict], parts: dict, header: str, before: list[dict] | None = None) -> str:
+def fused_line(part: str, fused_s: float, eager_s: float, path: str, compile_s: float | None) -> str:
+    """'<part>: fused … ms vs eager … ms = …% of eager, compiled at start-up in … s'."""
+    how = {"compiled": "fused (torch.compile)", "cuda_graph": "CUDA graph"}.get(path, "eager")
+    compiled = f", compiled at start-up in {compile_s:.1f} s" if compile_s else ""
+    return f"{part}: {how} {fused_s * 1e3:.1f} ms vs eager {eager_s * 1e3:.1f} ms = {fused_s / eager_s:.0%} of eager{compiled}"
+
+
+def frame_shares(records: list[dict], parts: dict) -> list[str]:
+    """Each part's time as a share of the action-only frame and of oxygen's frame at its largest N, smallest k
+    (with lanes, a decode step overlaps the action chunk, so shares may add up to more than the frame)."""
+    lines = []
+    oxygen = [r for r in records if r["mode"] == "oxygen"]
+    picks = [r for r in records if r["mode"] == "action_only"]
+    if oxygen:
+        picks.append(min(oxygen, key=lambda r: (-r["decode_len"], r["tokens_per_frame"])))
+    for r in picks:
+        frame = r["frame_ms"] / 1e3
+        shares = [f"P {parts['prefill_s'] / frame:.0%}", f"A {parts['action_s'] / frame:.0%}"]
+        if r["mode"] == "oxygen" and r["decode_batch"]:
+            d = r["tokens_per_frame"] * interpolate_decode(parts, r["decode_batch"])
+            shares.append(f"{r['tokens_per_frame']}xD({r['decode_batch']:.0f}) {d / frame:.0%}")
+        label = r["mode"] + (f" N={r['decode_len']} k={r['tokens_per_frame']}" if r["mode"] == "oxygen" else "")
+        lines.append(f"share of the {label} frame ({r['frame_ms']:.1f} ms): " + ", ".join(shares))
+    return lines
+
+
+def format_table(records: list[dict], parts: dict, header: str, before: list[dict] | None = None,
+                 eager_prefill: list[dict] | None = None) -> str:
     lines = [header, ""]
     d = parts["decode_s"]
     lines.append(
@@ -69,12 +98,11 @@ def format_table(records: list[dict], parts: dict, header: str, before: list[dic
         + "   ".join(f"D({b}) = {s * 1e3:.1f} ms" for b, s in sorted(d.items(), key=lambda kv: int(kv[0])))
     )
     if "action_eager_s" in parts:
-        how = {"compiled": "fused (torch.compile)", "cuda_graph": "CUDA graph"}.get(parts.get("action_path", ""), "eager")
-        compiled = f", compiled at start-up in {parts['compile_s']:.1f} s" if parts.get("compile_s") else ""
-        lines.append(
-            f"action chunk: {how} {parts['action_s'] * 1e3:.1f} ms vs eager {parts['action_eager_s'] * 1e3:.1f} ms "
-            f"= {parts['action_s'] / parts['action_eager_s']:.0%} of eager{compiled}"
-        )
+        lines.append(fused_line("action chunk", parts["action_s"], parts["action_eager_s"], parts.get("action_path", ""),
+                                parts.get("compile_s")))
+    if "prefill_eager_s" in parts:
+        lines.append(fused_line("prefill", parts["prefill_s"], parts["prefill_eager_s"],
+                                "compiled" if parts.get("prefill_fused") else "eager", parts.get("prefill_compile_s")))
     lines.append("")
     cols = f"{'mode':<12}{'N':>4}{'k':>4}{'frame ms':>10}{'action Hz':>11}{'tok/s':>9}{'peak MB':>9}"
     cols += f"{'xseq act':>10}{'xseq tok':>10}{'/act-only':>10}{'eff':>6}"
@@ -91,18 +119,23 @@ def format_table(records: list[dict], parts: dict, header: str, before: list[dic
     lines.append("")
     lines.append("xseq: ratio to sequential at the same N; /act-only: action Hz as a share of action_only; "
                  "eff: (P + A + k*D(B)) / frame time for oxygen, B = its measured live batch.")
+    lines += frame_shares(records, parts)
     if before:
         lines += format_before(before, records)
+    if eager_prefill:
+        lines += format_before(eager_prefill, records, "eager prefill, all else this run's engine")
     return "\n".join(lines)
 
 
-def write_outputs(out_dir: Path, records: list[dict], parts: dict, meta: dict, before: list[dict] | None = None) -> list[Path]:
+def write_outputs(out_dir: Path, records: list[dict], parts: dict, meta: dict, before: list[dict] | None = None,
+                  eager_prefill: list[dict] | None = None) -> list[Path]:
     """results.json: the run (command, machine, workload), the parts, every point's record, the before points."""
     out_dir.mkdir(parents=True, exist_ok=True)
     results = out_dir / "results.json"
-    results.write_text(json.dumps({"run": meta, "parts": parts, "records": records, "before": before or []}, indent=2))
+    results.write_text(json.dumps({"run": meta, "parts": parts, "records": records, "before": before or [],
+                                   "eager_prefill": eager_prefill or []}, indent=2))
     table = out_dir / "table.txt"
-    table.write_text(format_table(records, parts, meta["header"], before) + "\n")
+    table.write_text(format_table(records, parts, meta["header"], before, eager_prefill) + "\n")
     return [results, table, *plot(out_dir, records)]
 
 

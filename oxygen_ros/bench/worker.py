@@ -33,8 +33,8 @@ def _progress(message: str) -> None:
 
 
 class PartsProbe:
-    """Measures P (one prefill), A (one action chunk: the engine's path, and the eager network beside it) and
-    D(B) (one batched decode step at batch B).
+    """Measures P (one prefill) and A (one action chunk), each by the engine's path and by the eager network
+    beside it, and D(B) (one batched decode step at batch B).
 
     One ``sample()`` per round of the interleaved run, so the parts see the same machine as the modes."""
 
@@ -53,6 +53,7 @@ class PartsProbe:
             engine.decode_step()  # feeds the continuation prompts
             self.decoders[b] = engine
         self.prefill: list[float] = []
+        self.prefill_eager: list[float] = []
         self.action: list[float] = []
         self.action_eager: list[float] = []
         self.guide = bench_guide(model.config)
@@ -62,13 +63,17 @@ class PartsProbe:
 
     def sample(self, index: int) -> None:
         noise = self.workload.noise(self.model.config, index)
-        prefix, p = self.engine.prefill(self.frames[index % len(self.frames)])
+        frame = self.frames[index % len(self.frames)]
+        eager, p_eager = self.engine.prefill(frame, prefiller=self.model.prefill)
+        self.engine.kv.release(eager)
+        prefix, p = self.engine.prefill(frame)
         _, a = self.engine.act(prefix, noise)
         _, a_eager = self.engine.act(prefix, noise, sampler=self.model.sample_actions)  # same lane, eager network
         _, a_rtc = self.engine.act(prefix, noise, self.guide)
         self.prefix_tokens = prefix.length
         self.engine.kv.release(prefix)
         self.prefill.append(p)
+        self.prefill_eager.append(p_eager)
         self.action.append(a)
         self.action_eager.append(a_eager)
         self.action_rtc.append(a_rtc)
@@ -81,6 +86,9 @@ class PartsProbe:
     def result(self) -> dict:
         return {
             "prefill_s": statistics.median(self.prefill),
+            "prefill_eager_s": statistics.median(self.prefill_eager),
+            "prefill_fused": self.runtime.prefill_fused,
+            "prefill_compile_s": self.runtime.prefill_compile_s,
             "action_s": statistics.median(self.action),
             "action_eager_s": statistics.median(self.action_eager),
             "action_rtc_s": statistics.median(self.action_rtc),
@@ -96,10 +104,11 @@ class PartsProbe:
 class _Point:
     """One (mode, N, k) point of the sweep: its runner and what its measured frames gave."""
 
-    def __init__(self, workload: Workload, model, text_model, runtime: BenchRuntime | None, mode: str, n: int, k: int) -> None:  # noqa: ANN001
+    def __init__(self, workload: Workload, model, text_model, runtime: BenchRuntime | None, mode: str, n: int, k: int,  # noqa: ANN001
+                 variant: str = "after") -> None:
         self.mode, self.n, self.k = mode, n, k
-        self.variant = "after"
-        self.engine = workload.engine(model, n, runtime)
+        self.variant = variant  # after | before (plain engine) | eager_prefill (this run's engine, eager prefill)
+        self.engine = workload.engine(model, n, runtime, eager_prefill=variant == "eager_prefill")
         if mode == "parallel":  # the second worker: its own model copy and KV pool
             self.runner = ParallelRunner(self.engine, workload.engine(text_model, n))
         else:
@@ -115,7 +124,7 @@ class _Point:
     @property
     def label(self) -> str:
         label = f"{self.mode} N={self.n}" + (f" k={self.k}" if self.mode == "oxygen" else "")
-        return label + (" (before)" if self.variant == "before" else "")
+        return label + {"after": "", "before": " (before)", "eager_prefill": " (eager prefill)"}[self.variant]
 
     def run(self, workload: Workload, frames: list, count: int, record_from: int) -> None:
         """Run ``count`` frames; those from the ``record_from``-th on are counted."""
@@ -148,7 +157,8 @@ class _Point:
 
 
 def run_interleaved(workload: Workload, points: list[tuple[str, int, int]], frames_measured: int, block: int,
-                    batches: list[int], before: list[tuple[str, int, int]] = ()) -> dict:  # type: ignore[assignment]
+                    batches: list[int], before: list[tuple[str, int, int]] = (),  # type: ignore[assignment]
+                    eager_prefill: list[tuple[str, int, int]] = ()) -> dict:  # type: ignore[assignment]
     """Every point of the sweep, and the parts, in rounds: each round runs a block of frames of every point in
     turn (the first frame of a block is not counted: it pays for the previous point's cache traffic). A slow
     spell of a shared machine then falls on every mode alike, so the ratios hold within one run."""
@@ -162,10 +172,10 @@ def run_interleaved(workload: Workload, points: list[tuple[str, int, int]], fram
     probe = PartsProbe(workload, model, runtime, batches, rounds)
     sweep = [_Point(workload, model, text_model, runtime, *p) for p in points]
     # "before": the same points on a plain engine (eager action chunk, everything on the calling thread)
-    baseline = [_Point(workload, model, text_model, None, *p) for p in before]
-    for point in baseline:
-        point.variant = "before"
-    sweep += baseline
+    baseline = [_Point(workload, model, text_model, None, *p, variant="before") for p in before]
+    # "eager_prefill": the same points on this run's engine but for the prefill, which is the eager one
+    unfused = [_Point(workload, model, text_model, runtime, *p, variant="eager_prefill") for p in eager_prefill]
+    sweep += baseline + unfused
     for point in sweep:
         point.run(workload, frames, point.warmup, record_from=point.warmup)
         _progress(f"  warmed up {point.label} ({point.warmup} frames)")
@@ -181,7 +191,8 @@ def run_interleaved(workload: Workload, points: list[tuple[str, int, int]], fram
     horizon = model.config.action_horizon
     parts = probe.result() | {"compile_rss_bytes": compile_rss}
     records = [p.record(horizon) for p in sweep if p.variant == "after"]
-    return {"parts": parts, "records": records, "before": [p.record(horizon) for p in baseline]}
+    return {"parts": parts, "records": records, "before": [p.record(horizon) for p in baseline],
+            "eager_prefill": [p.record(horizon) for p in unfused]}
 
 
 def measure_memory(workload: Workload, mode: str, sweep: list[tuple[int, int]]) -> list[int]:
@@ -216,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
                         "or [decode_len, tokens_per_frame] (memory)")
     parser.add_argument("--batches", default="[1, 10, 30]")
     parser.add_argument("--before", default="[]", help="timing: JSON points also run on a plain eager engine")
+    parser.add_argument("--eager-prefill", default="[]", help="timing: JSON points also run with the eager prefill")
     parser.add_argument("--frames", type=int, default=12)
     parser.add_argument("--block", type=int, default=4)
     parser.add_argument("--threads", type=int, default=0)
@@ -227,7 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     points = [tuple(x) for x in json.loads(args.points)]
     if args.task == "timing":
         before = [tuple(x) for x in json.loads(args.before)]
-        result: object = run_interleaved(workload, points, args.frames, args.block, json.loads(args.batches), before)  # type: ignore[arg-type]
+        unfused = [tuple(x) for x in json.loads(args.eager_prefill)]
+        result: object = run_interleaved(workload, points, args.frames, args.block, json.loads(args.batches), before,  # type: ignore[arg-type]
+                                         unfused)  # type: ignore[arg-type]
     else:
         result = measure_memory(workload, args.mode, points)  # type: ignore[arg-type]
     json.dump(result, sys.stdout)

@@ -9,6 +9,7 @@ import torch
 from oxygen_ros.engine import Engine, FrameInput, TextTask
 from oxygen_ros.engine.engine import EngineLanes
 from oxygen_ros.model.compiled import ActionSampler, make_action_sampler
+from oxygen_ros.model.compiled_prefill import Prefiller, make_prefiller
 from oxygen_ros.model.config import BENCH, ModelConfig, preset
 from oxygen_ros.model.vla import Pi05Model
 
@@ -29,6 +30,7 @@ class Workload:
     kv_budget_mb: int = 96
     seed: int = 0
     actions: str = "auto"  # the action chunk: compiled / cuda_graph / eager; auto = cuda_graph on CUDA, else compiled
+    prefill: str = "auto"  # the prefill: compiled / eager; auto = compiled
     lanes: bool = True  # action chunk and an overlapped decode step on worker threads of their own
 
     @property
@@ -62,12 +64,15 @@ class Workload:
         g = torch.Generator().manual_seed(10_000 + index)
         return torch.randn(config.action_horizon, config.action_dim, generator=g)
 
-    def engine(self, model: Pi05Model, decode_len: int, runtime: "BenchRuntime | None" = None) -> Engine:
-        """An engine with the workload's text task; ``runtime`` gives it the shared sampler and lanes."""
+    def engine(self, model: Pi05Model, decode_len: int, runtime: "BenchRuntime | None" = None,
+               eager_prefill: bool = False) -> Engine:
+        """An engine with the workload's text task; ``runtime`` gives it the shared sampler, prefill and lanes
+        (``eager_prefill``: all of them but the eager prefill)."""
         continuation = tuple(t % model.config.vocab_size for t in CONTINUATION)  # valid for small vocabularies too
         task = TextTask("language", continuation, every_n_frames=1, max_tokens=max(decode_len, 1))
         return Engine(model, [task], kv_budget_bytes=self.kv_budget_mb << 20, ignore_eos=True, seed=self.seed,
                       action_sampler=runtime.sampler if runtime else None, lanes=runtime.lanes if runtime else None,
+                      prefiller=runtime.prefiller if runtime and not eager_prefill else None,
                       decode_graphs=self.decode_graphs)
 
     @property
@@ -77,7 +82,8 @@ class Workload:
 
 
 class BenchRuntime:
-    """What every engine of a worker process shares: the action sampler (compiled once) and the lanes."""
+    """What every engine of a worker process shares: the action sampler and the prefill (each compiled once)
+    and the lanes."""
 
     def __init__(self, workload: Workload, model: Pi05Model, progress=print) -> None:  # noqa: ANN001
         self.lanes = EngineLanes(workload.device) if workload.lanes else None
@@ -88,6 +94,10 @@ class BenchRuntime:
         self.fused = bool(getattr(self.sampler, "fused", False))
         graphed = type(self.sampler).__name__ == "GraphedActionSampler"
         self.path = "cuda_graph" if graphed else ("compiled" if self.fused else "eager")
+        # The prefill runs on the calling thread: compiled there.
+        self.prefiller: Prefiller = make_prefiller(model, workload.prefill, progress)
+        self.prefill_compile_s = getattr(self.prefiller, "compile_s", None)
+        self.prefill_fused = bool(getattr(self.prefiller, "fused", False))
 
     def close(self) -> None:
         if self.lanes:

@@ -21,6 +21,7 @@ import torch
 
 from oxygen_ros.kv import KVCacheManager, KVPool, SharedPrefix, TextRequest, commit, plan_step
 from oxygen_ros.model.compiled import ActionSampler
+from oxygen_ros.model.compiled_prefill import Prefiller
 from oxygen_ros.model.cuda_graphs import GraphedDecoder
 from oxygen_ros.model.rtc import sample_actions_rtc
 from oxygen_ros.model.tokenizer import Tokenizer
@@ -85,9 +86,11 @@ class Engine:
         lanes: "EngineLanes | None" = None,
         decode_graphs: bool = False,
         max_questions: int = 32,
+        prefiller: Prefiller | None = None,
     ) -> None:
         self.model = model
         self.sample_actions: ActionSampler = action_sampler or model.sample_actions
+        self.prefiller: Prefiller = prefiller or model.prefill
         self.lanes = lanes
         self.config = model.config
         self.tasks = list(tasks)
@@ -99,6 +102,7 @@ class Engine:
         self._settings = dict(kv_budget_bytes=kv_budget_bytes, admission=admission, max_waiting=max_waiting, seed=seed,
                               decode_graphs=decode_graphs, max_questions=max_questions)
         self._action_sampler = action_sampler
+        self._prefiller = prefiller
         b = self.config.backbone
         pool = KVPool.from_budget_bytes(kv_budget_bytes, b.depth, b.num_kv_heads, b.head_dim, model.dtype, model.device)
         self.kv = KVCacheManager(pool, self.config.max_prefix_tokens, admission, max_waiting)  # type: ignore[arg-type]
@@ -148,14 +152,16 @@ class Engine:
         return self._robots[DEFAULT_ROBOT].questions
 
     # ------------------------------------------------------------------------------------------ frames
-    def prefill(self, frame: FrameInput, robot: str = DEFAULT_ROBOT) -> tuple[SharedPrefix, float]:
-        """Prefill one observation into the pool; returns the prefix (held by the caller) and seconds."""
+    def prefill(self, frame: FrameInput, robot: str = DEFAULT_ROBOT,
+                prefiller: Prefiller | None = None) -> tuple[SharedPrefix, float]:
+        """Prefill one observation into the pool; returns the prefix (held by the caller) and seconds.
+        ``prefiller`` overrides the engine's."""
         t0 = time.perf_counter()
         n_img = int(frame.image_mask.sum()) * self.config.tokens_per_image
         prefix = self.kv.new_prefix(n_img + frame.prompt_tokens.numel(), frame.frame_seq, frame.stamp_ns)
         try:
             pool = self.kv.pool
-            out = self.model.prefill(
+            out = (prefiller or self.prefiller)(
                 frame.images, frame.image_mask, frame.prompt_tokens, pool.view_k(prefix.extent), pool.view_v(prefix.extent)
             )
             assert out.length == prefix.length
@@ -212,9 +218,10 @@ class Engine:
 
     def clone_with_model(self, model: Pi05Model) -> "Engine":
         """A second, isolated engine (own KV pool) with the same tasks and settings on another model."""
-        sampler = self._action_sampler if model is self.model else None
-        return Engine(model, self.tasks, self.tokenizer, ignore_eos=self.ignore_eos, action_sampler=sampler,
-                      **self._settings)  # type: ignore[arg-type]
+        same = model is self.model
+        return Engine(model, self.tasks, self.tokenizer, ignore_eos=self.ignore_eos,
+                      action_sampler=self._action_sampler if same else None,
+                      prefiller=self._prefiller if same else None, **self._settings)  # type: ignore[arg-type]
 
     def sample_noise(self, robot: str = DEFAULT_ROBOT) -> torch.Tensor:
         generator = self.robot(robot).generator

@@ -136,6 +136,9 @@ PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("action_backend", "str", _runtime_default("action_backend"),
               "'compiled': the action chunk through torch.compile, compiled at start-up (eager if that fails); "
               "'eager': plain torch.", choices=("eager", "compiled")),
+    ParamSpec("prefill_backend", "str", _runtime_default("prefill_backend"),
+              "'compiled': the prefill (vision tower and backbone) through torch.compile, compiled at start-up "
+              "(eager if that fails); 'eager': plain torch.", choices=("eager", "compiled")),
     ParamSpec("overlap_decode", "bool", _runtime_default("overlap_decode"),
               "oxygen mode: run one batched decode step on a second thread while the action chunk runs."),
     # ------------------------------------------------------- chunk execution (runtime/alignment.py, chunking.py)

@@ -71,37 +71,83 @@ def compiler_available() -> str | None:
     return None
 
 
-class FusedActionSampler:
-    """Samples action chunks through the compiled denoising network, with eager as the fallback."""
+class CompiledPath:
+    """A model function compiled by ``torch.compile`` (inductor) at start-up, with eager as the fallback: when
+    compiling is impossible or fails, one warning names why and the eager function serves from then on."""
+
+    what = "model"  # what the log lines call it
 
     def __init__(self, model: Pi05Model, progress: Callable[[str], None] | None = None) -> None:
         self.model = model
         self.progress = progress or (lambda message: log.info("%s", message))
         self.compile_s: float | None = None  # wall time of the compiling warm-up call
-        self.failure: str | None = None  # why the eager network is used instead
-        self._compiled: VelocityFn | None = None
+        self.failure: str | None = None  # why the eager function is used instead
+        self._compiled = None
         reason = compiler_available() if model.device.type == "cpu" else None
         if reason:
             self._fail(reason)
             return
         use_persistent_cache()
+        self._compiled = self._build()
+
+    def _build(self):  # noqa: ANN202 - what the subclass compiles (lazily: compiling happens on the first call)
+        raise NotImplementedError
+
+    def compile(self, fn: Callable) -> Callable:
         # On a CPU, inductor's C++ wrapper calls the ~400 kernels and matrix products of one network
         # evaluation from C++ instead of generated Python (measured: the chunk 126 → 113 ms, bench preset).
-        options = {"cpp_wrapper": True} if model.device.type == "cpu" else None
-        self._compiled = torch.compile(model.expert_network, fullgraph=True, dynamic=False, options=options)
-        # A batch of chunks (several robots) is a graph of its own, compiled on first use: batch size and prefix
-        # length are dynamic there, so one compilation serves every number of robots from 2 up.
-        self._compiled_batch: VelocityFn | None = torch.compile(model.expert_network, fullgraph=True, dynamic=False,
-                                                                options=options)
+        options = {"cpp_wrapper": True} if self.model.device.type == "cpu" else None
+        return torch.compile(fn, fullgraph=True, dynamic=False, options=options)
 
     @property
     def fused(self) -> bool:
         return self.failure is None and self._compiled is not None
 
-    def _fail(self, reason: str) -> None:
+    def _fail(self, reason: str | BaseException) -> None:
+        if isinstance(reason, BaseException):
+            reason = f"{type(reason).__name__}: {str(reason).splitlines()[0] if str(reason) else ''}"
         self.failure = reason
-        self._compiled = self._compiled_batch = None
-        log.warning("action chunk: compiling failed (%s); using the eager network (slower, same results)", reason)
+        self._compiled = None
+        log.warning("%s: compiling failed (%s); using the eager network (slower, same results)", self.what, reason)
+
+    def _timed_warm_up(self, calls: Callable[[], None]) -> float:
+        """Run the compiling calls with progress lines; returns their seconds (0 when not compiling)."""
+        if self._compiled is None:
+            return 0.0
+        self.progress(f"{self.what}: compiling (once; cached for later runs) ...")
+        t0 = time.perf_counter()
+        calls()
+        self.compile_s = time.perf_counter() - t0
+        if self.fused:
+            self.progress(f"{self.what}: compiled in {self.compile_s:.1f} s")
+        return self.compile_s
+
+
+# Guards built with recursive dict tags skip the check of every module and parameter of the network while none
+# of their attribute dicts changed (measured: 772 → 280 µs per network call).
+def fast_guards():  # noqa: ANN201 - a context manager
+    return torch._dynamo.config.patch(use_recursive_dict_tags_for_guards=True)
+
+
+class FusedActionSampler(CompiledPath):
+    """Samples action chunks through the compiled denoising network, with eager as the fallback."""
+
+    what = "action chunk"
+
+    def __init__(self, model: Pi05Model, progress: Callable[[str], None] | None = None) -> None:
+        self._compiled_batch: VelocityFn | None = None
+        super().__init__(model, progress)
+        if self._compiled is not None:
+            # A batch of chunks (several robots) is a graph of its own, compiled on first use: batch size and
+            # prefix length are dynamic there, so one compilation serves every number of robots from 2 up.
+            self._compiled_batch = self.compile(model.expert_network)
+
+    def _build(self) -> VelocityFn:
+        return self.compile(self.model.expert_network)
+
+    def _fail(self, reason: str | BaseException) -> None:
+        self._compiled_batch = None
+        super()._fail(reason)
 
     def _call_compiled(self, x_t: Tensor, prefix_k: Tensor, prefix_v: Tensor, cos: Tensor, sin: Tensor,
                        mods: Tensor, prefix_bias: Tensor | None = None) -> Tensor:
@@ -133,10 +179,10 @@ class FusedActionSampler:
         if self._compiled_batch is None:
             return self.model.sample_actions_batch(prefix_k, prefix_v, noise)
         try:
-            with torch._dynamo.config.patch(use_recursive_dict_tags_for_guards=True):
+            with fast_guards():
                 return self.model.sample_actions_batch(prefix_k, prefix_v, noise, network=self._call_compiled_batch)
         except Exception as exc:  # noqa: BLE001 - as in __call__: fall back to eager, once
-            self._fail(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            self._fail(exc)
             return self.model.sample_actions_batch(prefix_k, prefix_v, noise)
 
     def __call__(self, prefix_k: Tensor, prefix_v: Tensor, noise: Tensor) -> Tensor:
@@ -146,12 +192,10 @@ class FusedActionSampler:
         # which the compiled code would otherwise be specialized on.
         prefix_k, prefix_v = prefix_k.contiguous(), prefix_v.contiguous()
         try:
-            # Guards built with recursive dict tags skip the check of every module and parameter of the
-            # network while none of their attribute dicts changed (measured: 772 → 280 µs per network call).
-            with torch._dynamo.config.patch(use_recursive_dict_tags_for_guards=True):
+            with fast_guards():
                 return self.model.sample_actions(prefix_k, prefix_v, noise, network=self._call_compiled)
         except Exception as exc:  # noqa: BLE001 - any compiler failure means: fall back to eager, once
-            self._fail(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            self._fail(exc)
             return self.model.sample_actions(prefix_k, prefix_v, noise)
 
     def warm_up(self, prefix_len: int = 0) -> float:
@@ -163,14 +207,12 @@ class FusedActionSampler:
         shape = (b.depth, t + 5, b.num_kv_heads, b.head_dim)
         k = torch.zeros(shape, dtype=self.model.dtype, device=self.model.device)
         noise = torch.zeros(cfg.action_horizon, cfg.action_dim)
-        self.progress("action chunk: compiling the denoising network (once; cached for later runs) ...")
-        t0 = time.perf_counter()
-        self(k[:, :t], k[:, :t], noise)
-        self(k[:, 2:t], k[:, 2:t], noise)  # another length and offset: served by the same compiled code
-        self.compile_s = time.perf_counter() - t0
-        if self.fused:
-            self.progress(f"action chunk: compiled in {self.compile_s:.1f} s")
-        return self.compile_s
+
+        def calls() -> None:
+            self(k[:, :t], k[:, :t], noise)
+            self(k[:, 2:t], k[:, 2:t], noise)  # another length and offset: served by the same compiled code
+
+        return self._timed_warm_up(calls)
 
 
 def plain_sampler(model: Pi05Model) -> ActionSampler:

@@ -48,6 +48,7 @@ class SiglipMLP(nn.Module):
 class SiglipBlock(nn.Module):
     def __init__(self, cfg: VisionConfig) -> None:
         super().__init__()
+        self.num_patches = cfg.num_patches
         self.layer_norm1 = nn.LayerNorm(cfg.width, eps=cfg.layer_norm_eps)
         self.self_attn = SiglipAttention(cfg)
         self.layer_norm2 = nn.LayerNorm(cfg.width, eps=cfg.layer_norm_eps)
@@ -56,6 +57,11 @@ class SiglipBlock(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         x = x + self.self_attn(self.layer_norm1(x))
         return x + self.mlp(self.layer_norm2(x))
+
+
+def block_on_rows(block: SiglipBlock, x: Tensor) -> Tensor:
+    """One block on the patch rows x [N·P, width] of N images (attention within each image)."""
+    return block(x.view(-1, block.num_patches, x.shape[-1])).view(x.shape)
 
 
 class VisionTower(nn.Module):
@@ -69,14 +75,34 @@ class VisionTower(nn.Module):
         self.layers = nn.ModuleList(SiglipBlock(cfg) for _ in range(cfg.depth))
         self.post_layernorm = nn.LayerNorm(cfg.width, eps=cfg.layer_norm_eps)
 
-    def forward(self, images: Tensor) -> Tensor:
-        size = self.cfg.image_size
+    def patchify(self, images: Tensor) -> Tensor:
+        """Images [N, 3, S, S] → patches [N·P, 3·p·p] in the patch embedding's (channel, row, column) order."""
+        size, p = self.cfg.image_size, self.cfg.patch_size
         if images.dim() != 4 or images.shape[1:] != (3, size, size):
             raise ValueError(f"expected images [N, 3, {size}, {size}], got {tuple(images.shape)}")
-        x = self.patch_embedding(images.to(self.patch_embedding.weight.dtype)).flatten(2).transpose(1, 2)
-        x = x + self.position_embedding.weight
+        g = size // p
+        patches = images.reshape(-1, 3, g, p, g, p).permute(0, 2, 4, 1, 3, 5)
+        return patches.reshape(-1, 3 * p * p).to(self.patch_embedding.weight.dtype)
+
+    def embed_patches(self, patches: Tensor) -> Tensor:
+        """Patches [N·P, 3·p·p] (``patchify``) → embedded rows [N·P, width] in the blocks' dtype.
+
+        The patch embedding (a strided convolution) is the same product as a linear layer on patches. Rows of
+        patches keep the image count out of the shapes: ``torch.compile`` sees one dynamic size, N·P, never 1,
+        so one compiled block serves one camera or three.
+        """
+        w = self.patch_embedding.weight
+        x = F.linear(patches, w.reshape(w.shape[0], -1), self.patch_embedding.bias)
+        x = (x.view(-1, self.cfg.num_patches, w.shape[0]) + self.position_embedding.weight).view(x.shape)
         # The embeddings may be a float32 island of a bf16 model (precision.py): continue in the blocks' dtype.
-        x = x.to(self.post_layernorm.weight.dtype)
+        return x.to(self.post_layernorm.weight.dtype)
+
+    def forward_patches(self, patches: Tensor) -> Tensor:
+        """Patches [N·P, 3·p·p] → features [N, P, width]."""
+        x = self.embed_patches(patches)
         for layer in self.layers:
-            x = layer(x)
-        return self.post_layernorm(x)
+            x = block_on_rows(layer, x)
+        return self.post_layernorm(x).view(-1, self.cfg.num_patches, x.shape[-1])
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.forward_patches(self.patchify(images))

@@ -15,7 +15,7 @@ which is what openpi's ``cumsum(mask) - 1`` positions amount to.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -34,8 +34,9 @@ from .layers import (
     folded_mask_bias,
     sinusoidal_time_embedding,
 )
-from .mot import NO_MODULATION, Modulations, MoTLayer
-from .vision import VisionTower
+from .mot import NO_MODULATION, ExpertBlock, Modulations, MoTLayer
+from .prefix_attention import last_token_attention, prefix_attention, text_rows_mask
+from .vision import SiglipBlock, VisionTower, block_on_rows
 
 
 class ExtendPlan(Protocol):
@@ -45,6 +46,32 @@ class ExtendPlan(Protocol):
     ctx_len: Tensor  # [B] valid context length of each row, including the new tokens
     write_index: Tensor  # [B, S] pool slots for the new tokens' keys/values
     positions: Tensor  # [B, S] RoPE positions of the new tokens
+
+
+def prefix_layer(block: ExpertBlock, x: Tensor, cos: Tensor, sin: Tensor, text_mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    """One backbone layer over the whole prefix x [1, T, W] → (x, k, v); ``text_mask`` as in ``prefix_attention``."""
+    q, k, v, _ = block.pre_attention(x, NO_MODULATION)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    return block.post_attention(x, prefix_attention(q, k, v, text_mask), None, NO_MODULATION), k, v
+
+
+def last_prefix_layer(block: ExpertBlock, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The final backbone layer: keys and values of every position, the output [1, 1, W] of the last only."""
+    q, k, v, _ = block.pre_attention(x, NO_MODULATION)
+    q, k = apply_rope(q[:, -1:], cos[:, -1:], sin[:, -1:]), apply_rope(k, cos, sin)
+    return block.post_attention(x[:, -1:], last_token_attention(q, k, v), None, NO_MODULATION), k, v
+
+
+@dataclass(frozen=True)
+class PrefixLayers:
+    """How :meth:`Pi05Model.prefix_network` runs its layers: these functions, or their compiled forms."""
+
+    vision: Callable[[SiglipBlock, Tensor], Tensor] = block_on_rows
+    backbone: Callable[..., tuple[Tensor, Tensor, Tensor]] = prefix_layer
+    last: Callable[..., tuple[Tensor, Tensor, Tensor]] = last_prefix_layer
+
+
+EAGER_LAYERS = PrefixLayers()
 
 
 class VelocityFn(Protocol):
@@ -124,24 +151,21 @@ class Pi05Model(nn.Module):
         scale = torch.tensor(math.sqrt(self.config.backbone.width), dtype=self.dtype)
         return self.embed_tokens(tokens) * scale
 
+    def image_features(self, patches: Tensor) -> Tensor:
+        """Patches [N·P, 3·p·p] of N ≥ 1 images → projected image tokens [1, N·P, W]."""
+        return self.project_images(self.vision_tower.forward_patches(patches).flatten(0, 1))
+
+    def project_images(self, feats: Tensor) -> Tensor:
+        """Vision features [N·P, Wv] → image tokens [1, N·P, W] of the backbone."""
+        feats = self.multi_modal_projector(feats.to(self.multi_modal_projector.weight.dtype)).to(self.dtype)
+        return feats.unsqueeze(0)
+
     def embed_prefix(self, images: Tensor, image_mask: Tensor, tokens: Tensor) -> tuple[Tensor, int]:
         """images [slots, 3, S, S], image_mask [slots] bool, tokens [n] → embeds [1, T, W], image tokens."""
-        cfg = self.config
-        if images.shape[0] != cfg.num_image_slots or image_mask.shape != (cfg.num_image_slots,):
-            raise ValueError(f"expected {cfg.num_image_slots} image slots and a mask of that length")
-        if tokens.dim() != 1 or tokens.numel() == 0:
-            raise ValueError("tokens must be a non-empty 1-D tensor")
-        if tokens.numel() > cfg.max_prompt_tokens:
-            raise ValueError(f"prompt has {tokens.numel()} tokens; the model allows {cfg.max_prompt_tokens}")
-        parts = []
-        valid = images.index_select(0, image_mask.to(torch.bool).nonzero().flatten())
-        if valid.shape[0]:
-            feats = self.vision_tower(valid.to(self.device))
-            feats = self.multi_modal_projector(feats.to(self.multi_modal_projector.weight.dtype)).to(self.dtype)
-            parts.append(feats.reshape(1, -1, feats.shape[-1]))
-        n_img = sum(p.shape[1] for p in parts)
-        parts.append(self.embed_text(tokens.to(self.device)).unsqueeze(0))
-        return torch.cat(parts, dim=1), n_img
+        patches, text = self.prefix_inputs(images, image_mask, tokens)
+        if not patches.shape[0]:
+            return text, 0
+        return torch.cat((self.image_features(patches), text), dim=1), patches.shape[0]
 
     def prefix_mask(self, n_img: int, n_txt: int) -> Tensor:
         """[T, T] bool: who in the prefix may attend to whom."""
@@ -178,28 +202,67 @@ class Pi05Model(nn.Module):
         return F.linear(self._time_condition(times).to(weight.dtype), weight, bias).unflatten(-1, (len(norms), -1))
 
     # ------------------------------------------------------------------------------------------------ prefill
-    @torch.inference_mode()
-    def prefill(self, images: Tensor, image_mask: Tensor, tokens: Tensor, k_out: Tensor, v_out: Tensor) -> PrefixOutput:
-        """Run the observation prefix through the backbone once and write its KV into ``k_out``/``v_out``.
+    def prefix_inputs(self, images: Tensor, image_mask: Tensor, tokens: Tensor) -> tuple[Tensor, Tensor]:
+        """images [slots, 3, S, S], image_mask [slots] bool, tokens [n] → the patches of the valid images
+        [N·P, 3·p·p] and the embedded prompt [1, n, W]: :meth:`prefix_network`'s inputs."""
+        cfg = self.config
+        if images.shape[0] != cfg.num_image_slots or image_mask.shape != (cfg.num_image_slots,):
+            raise ValueError(f"expected {cfg.num_image_slots} image slots and a mask of that length")
+        if tokens.dim() != 1 or tokens.numel() == 0:
+            raise ValueError("tokens must be a non-empty 1-D tensor")
+        if tokens.numel() > cfg.max_prompt_tokens:
+            raise ValueError(f"prompt has {tokens.numel()} tokens; the model allows {cfg.max_prompt_tokens}")
+        valid = images.index_select(0, image_mask.to(torch.bool).nonzero().flatten().to(images.device))
+        patches = self.vision_tower.patchify(valid.to(self.device))
+        return patches, self.embed_text(tokens.to(self.device)).unsqueeze(0)
 
-        ``k_out``/``v_out`` are [L, ≥T, Hkv, D] (typically zero-copy views into the KV pool).
+    def prefix_network(self, patches: Tensor, text: Tensor, k_out: Tensor, v_out: Tensor,
+                       layers: PrefixLayers | None = None) -> Tensor:
+        """The prefill on tensors: patches [N·P, 3·p·p] of the N valid images (N may be 0) and the embedded
+        prompt text [1, n, W]; writes the keys and values of the T = N·P + n positions into k_out/v_out
+        [L, ≥T, Hkv, D] and returns the final-normed hidden state [W] of the last position.
+
+        Attention follows the prefix's structure (``prefix_attention``), never a [T, T] mask; the last layer
+        computes only the last position, the only one whose output is ever read. ``layers`` runs each layer
+        (``EAGER_LAYERS``, or their compiled forms: ``oxygen_ros.model.compiled_prefill``).
         """
-        x, n_img = self.embed_prefix(images, image_mask, tokens)
+        run = layers or EAGER_LAYERS
+        x = text
+        if patches.shape[0]:
+            feats = self.vision_tower.embed_patches(patches)
+            for block in self.vision_tower.layers:
+                feats = run.vision(block, feats)
+            x = torch.cat((self.project_images(self.vision_tower.post_layernorm(feats)), text), dim=1)
         t = x.shape[1]
-        if k_out.shape[1] < t:
-            raise ValueError(f"KV destination holds {k_out.shape[1]} tokens; the prefix has {t}")
-        cos, sin = self.rope.cos_sin(torch.arange(t, device=self.device).unsqueeze(0), self.dtype)
-        mask = self.prefix_mask(n_img, t - n_img).unsqueeze(0)
-        last = len(self.layers) - 1
+        cos, sin = self.rope.cos_sin(torch.arange(t, device=x.device).unsqueeze(0), self.dtype)
+        text_mask = None
+        if self.config.prefix_attention == "causal_text":
+            b = self.config.backbone
+            text_mask = text_rows_mask(t - text.shape[1], text.shape[1], b.num_heads // b.num_kv_heads, x.device)
         for i, layer in enumerate(self.layers):
-            q, k, v, _ = layer.vlm.pre_attention(x, NO_MODULATION)
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            if i < len(self.layers) - 1:
+                x, k, v = run.backbone(layer.vlm, x, cos, sin, text_mask)
+            else:
+                x, k, v = run.last(layer.vlm, x, cos, sin)
             k_out[i, :t].copy_(k[0])
             v_out[i, :t].copy_(v[0])
-            if i == last:  # only the last token's output is ever read: skip the rest of the final layer
-                q, mask, x = q[:, -1:], mask[:, -1:], x[:, -1:]
-            x = layer.vlm.post_attention(x, attend(q, k, v, mask), None, NO_MODULATION)
         hidden, _ = self.norm(x[0, -1])
+        return hidden
+
+    @torch.inference_mode()
+    def prefill(self, images: Tensor, image_mask: Tensor, tokens: Tensor, k_out: Tensor, v_out: Tensor,
+                layers: PrefixLayers | None = None) -> PrefixOutput:
+        """Run the observation prefix through the backbone once and write its KV into ``k_out``/``v_out``.
+
+        ``k_out``/``v_out`` are [L, ≥T, Hkv, D] (typically zero-copy views into the KV pool). ``layers``: as in
+        :meth:`prefix_network`.
+        """
+        patches, text = self.prefix_inputs(images, image_mask, tokens)
+        n_img = patches.shape[0]  # one token per patch
+        t = n_img + text.shape[1]
+        if k_out.shape[1] < t:
+            raise ValueError(f"KV destination holds {k_out.shape[1]} tokens; the prefix has {t}")
+        hidden = self.prefix_network(patches, text, k_out, v_out, layers)
         return PrefixOutput(length=t, num_image_tokens=n_img, last_hidden=hidden)
 
     # ---------------------------------------------------------------------------------------------- actions

@@ -68,6 +68,7 @@ class RuntimeConfig:
     seed: int = 0
     num_threads: int = 0  # torch CPU threads; 0 = torch's default (one per core)
     action_backend: str = "eager"  # "compiled": the action chunk through torch.compile (at start-up), eager fallback
+    prefill_backend: str = "eager"  # "compiled": the prefill through torch.compile (at start-up), eager fallback
     overlap_decode: bool = False  # oxygen mode: one decode step runs on its own thread during the action chunk
     # Chunk execution (runtime/alignment.py, runtime/chunking.py)
     n_action_steps: int = 0  # actions of a chunk executed before the next replaces it; 0 = checkpoint's, else all
@@ -115,6 +116,7 @@ class RuntimeConfig:
             (self.max_waiting >= 0, "max_waiting must be >= 0"),
             (self.num_threads >= 0, "num_threads must be >= 0 (0 = torch's default)"),
             (self.action_backend in ("eager", "compiled"), "action_backend must be 'eager' or 'compiled'"),
+            (self.prefill_backend in ("eager", "compiled"), "prefill_backend must be 'eager' or 'compiled'"),
             (0 <= self.n_action_steps and (not self.horizon or self.n_action_steps <= self.horizon),
              "n_action_steps must be in 0..horizon (0 = the checkpoint's value, else the whole chunk)"),
             (self.replan in REPLAN, f"replan must be one of {list(REPLAN)}"),

@@ -27,6 +27,7 @@ from oxygen_ros.engine.policy import DeadlinePolicy, FixedTokensPolicy
 from oxygen_ros.model.checkpoint import CheckpointError, is_training_checkpoint, load_checkpoint, read_config
 from oxygen_ros.model.checkpoint_info import CheckpointInfo, preset_info
 from oxygen_ros.model.compiled import make_action_sampler
+from oxygen_ros.model.compiled_prefill import make_prefiller
 from oxygen_ros.model.config import ModelConfig, preset
 from oxygen_ros.model.key_maps import VARIANTS
 from oxygen_ros.model.normalize import Normalizer, NormStatsError, load_norm_stats
@@ -122,6 +123,7 @@ class PolicyRuntime:
             seed=config.seed,
             action_sampler=sampler,
             lanes=self.lanes,
+            prefiller=make_prefiller(model, config.prefill_backend, _progress),
         )
         self.mode = config.engine_mode
         k = config.tokens_per_frame

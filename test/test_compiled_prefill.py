@@ -1,0 +1,209 @@
+"""The fused prefill (torch.compile): the same KV and last hidden state as the eager prefill in both prefix
+attention modes, one compilation for every prompt length and camera count, the block-wise attention equal to
+the dense-mask one; and for both compiled paths (action chunk, prefill) a clean eager fallback with one
+warning."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from engine_fixtures import make_frame, model_with_norms
+from oxygen_ros.engine import Engine
+from oxygen_ros.model import compiled
+from oxygen_ros.model.compiled import FusedActionSampler, compiler_available
+from oxygen_ros.model.compiled_prefill import FusedPrefill, make_prefiller
+from oxygen_ros.model.config import TINY
+from oxygen_ros.model.layers import attend
+from oxygen_ros.model.prefix_attention import prefix_attention, text_rows_mask
+from oxygen_ros.model.vla import Pi05Model, PrefixLayers, PrefixOutput
+
+needs_compiler = pytest.mark.skipif(compiler_available() is not None, reason="inductor needs a C++ compiler")
+MODES = ("causal_text", "bidirectional")
+
+
+@pytest.fixture(scope="module")
+def fused() -> dict[str, FusedPrefill]:
+    """One compiled prefill per prefix-attention mode (compiling takes a while: share it)."""
+    out = {}
+    for mode in MODES:
+        prefiller = FusedPrefill(model_with_norms(mode))
+        prefiller.warm_up()
+        out[mode] = prefiller
+    return out
+
+
+def observation(slots: list[bool], prompt_len: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    s = TINY.vision.image_size
+    images = torch.rand(TINY.num_image_slots, 3, s, s, generator=g) * 2 - 1
+    tokens = torch.randint(4, TINY.vocab_size, (prompt_len,), generator=g)
+    return images, torch.tensor(slots), tokens
+
+
+def run(prefill, model: Pi05Model, obs, offset: int = 0) -> tuple[PrefixOutput, torch.Tensor, torch.Tensor]:  # noqa: ANN001
+    b = TINY.backbone
+    k = torch.full((b.depth, 300, b.num_kv_heads, b.head_dim), 7.0)
+    v = torch.full_like(k, 7.0)
+    out = prefill(*obs, k[:, offset:], v[:, offset:])
+    return out, k, v
+
+
+def assert_same_prefix(fused_run, eager_run) -> None:  # noqa: ANN001
+    (a, ka, va), (b, kb, vb) = fused_run, eager_run
+    assert (a.length, a.num_image_tokens) == (b.length, b.num_image_tokens)
+    torch.testing.assert_close(ka, kb, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(va, vb, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(a.last_hidden, b.last_hidden, rtol=1e-5, atol=1e-5)
+
+
+@needs_compiler
+@pytest.mark.parametrize("mode", MODES)
+def test_fused_prefill_equals_eager(fused: dict[str, FusedPrefill], mode: str) -> None:
+    prefiller = fused[mode]
+    assert prefiller.fused and prefiller.compile_s and prefiller.compile_s > 0
+    model = prefiller.model
+    obs = observation([True, False, True], 11, seed=1)
+    got = run(prefiller, model, obs, offset=5)
+    assert_same_prefix(got, run(model.prefill, model, obs, offset=5))
+    k = got[1]
+    assert torch.all(k[:, :5] == 7.0) and torch.all(k[:, 5 + got[0].length :] == 7.0), "writes only its own slots"
+    assert prefiller.fused, prefiller.failure
+
+
+@needs_compiler
+def test_other_prompt_lengths_and_camera_counts_do_not_recompile(fused: dict[str, FusedPrefill]) -> None:
+    prefiller = fused["causal_text"]
+    model = prefiller.model
+    graphs, compiles = counters["stats"]["unique_graphs"], counters["inductor"]["fxgraph_cache_miss"]
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for slots, n, seed in (([True, True, True], 23, 2), ([False, True, False], 2, 3), ([True, True, False], 57, 4)):
+            obs = observation(slots, n, seed)
+            assert_same_prefix(run(prefiller, model, obs), run(model.prefill, model, obs))
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert counters["inductor"]["fxgraph_cache_miss"] == compiles
+    assert prefiller.fused, prefiller.failure
+
+
+@needs_compiler
+def test_no_camera_or_a_one_token_prompt_runs_eager_without_compiling(fused: dict[str, FusedPrefill]) -> None:
+    """Sizes 0 and 1 are specialized by Dynamo: such frames take the eager network instead of a new graph."""
+    prefiller = fused["bidirectional"]
+    model = prefiller.model
+    graphs = counters["stats"]["unique_graphs"]
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for obs in (observation([False, False, False], 9), observation([True, False, False], 1)):
+            assert_same_prefix(run(prefiller, model, obs), run(model.prefill, model, obs))
+    assert counters["stats"]["unique_graphs"] == graphs and prefiller.fused
+
+
+@needs_compiler
+def test_bad_input_is_refused_and_the_fused_path_kept(fused: dict[str, FusedPrefill]) -> None:
+    prefiller = fused["causal_text"]
+    images, slots, _ = observation([True, True, False], 3)
+    with pytest.raises(ValueError, match="prompt has"):
+        run(prefiller, prefiller.model, (images, slots, torch.ones(TINY.max_prompt_tokens + 1, dtype=torch.long)))
+    with pytest.raises(ValueError, match="KV destination"):
+        run(prefiller, prefiller.model, (images, slots, torch.ones(8, dtype=torch.long)), offset=290)
+    assert prefiller.fused, prefiller.failure
+
+
+@needs_compiler
+def test_engine_prefills_through_the_fused_path(fused: dict[str, FusedPrefill]) -> None:
+    prefiller = fused["causal_text"]
+    model = prefiller.model
+    engine = Engine(model, prefiller=prefiller)
+    assert engine.clone_with_model(model).prefiller is prefiller
+    assert engine.clone_with_model(model_with_norms()).prefiller is not prefiller
+    frame = make_frame(TINY, 3)
+    prefix, _ = engine.prefill(frame)
+    try:
+        k, v = engine.kv.pool.view_k(prefix.extent), engine.kv.pool.view_v(prefix.extent)
+        ek, ev = torch.zeros_like(k), torch.zeros_like(v)
+        model.prefill(frame.images, frame.image_mask, frame.prompt_tokens, ek, ev)
+        torch.testing.assert_close(k, ek, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(v, ev, rtol=1e-5, atol=1e-5)
+    finally:
+        engine.kv.release(prefix)
+    assert prefiller.fused, prefiller.failure
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("n_img", [0, 16, 48])
+def test_block_wise_attention_equals_the_dense_mask(mode: str, n_img: int) -> None:
+    model = model_with_norms(mode)
+    g = torch.Generator().manual_seed(n_img)
+    t, b = n_img + 7, TINY.backbone
+    q = torch.randn(1, t, b.num_heads, b.head_dim, generator=g)
+    k, v = (torch.randn(1, t, b.num_kv_heads, b.head_dim, generator=g) for _ in range(2))
+    dense = attend(q, k, v, model.prefix_mask(n_img, t - n_img).unsqueeze(0))
+    text_mask = text_rows_mask(n_img, t - n_img, b.num_heads // b.num_kv_heads, q.device) if mode == "causal_text" else None
+    torch.testing.assert_close(prefix_attention(q, k, v, text_mask), dense, rtol=1e-5, atol=1e-6)
+
+
+def test_eager_backend_is_the_plain_method() -> None:
+    model = model_with_norms()
+    assert make_prefiller(model, "eager") == model.prefill
+    with pytest.raises(ValueError, match="unknown prefill backend"):
+        make_prefiller(model, "jit")
+
+
+class Path:
+    """One compiled path (the action chunk or the prefill) driven the same way for the fallback tests."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.model = model_with_norms()
+        obs = observation([True, False, True], 9)
+        self.prefix = run(self.model.prefill, self.model, obs)
+        self.obs = obs
+
+    def make(self) -> FusedActionSampler | FusedPrefill:
+        return FusedActionSampler(self.model) if self.name == "action chunk" else FusedPrefill(self.model)
+
+    def result(self, call) -> torch.Tensor:  # noqa: ANN001
+        if self.name == "prefill":
+            out, k, v = run(call, self.model, self.obs)
+            return torch.cat((k.flatten(), v.flatten(), out.last_hidden))
+        out, k, v = self.prefix
+        noise = torch.randn(TINY.action_horizon, TINY.action_dim, generator=torch.Generator().manual_seed(5))
+        return call(k[:, : out.length], v[:, : out.length], noise)
+
+    def eager(self) -> torch.Tensor:
+        return self.result(self.model.prefill if self.name == "prefill" else self.model.sample_actions)
+
+
+@pytest.mark.parametrize("name", ["action chunk", "prefill"])
+def test_no_compiler_falls_back_to_eager_with_one_warning(name: str, monkeypatch: pytest.MonkeyPatch,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(compiled, "compiler_available", lambda: "no C++ compiler (g++) on PATH")
+    path = Path(name)
+    with caplog.at_level(logging.WARNING, logger="oxygen_ros.model.compiled"):
+        fused = path.make()
+        assert fused.warm_up() == 0.0
+    assert not fused.fused and "g++" in (fused.failure or "")
+    assert torch.equal(path.result(fused), path.eager())
+    assert len([r for r in caplog.records if name in r.getMessage() and "eager" in r.getMessage()]) == 1
+
+
+@pytest.mark.parametrize("name", ["action chunk", "prefill"])
+def test_a_failing_compiled_call_falls_back_once(name: str, caplog: pytest.LogCaptureFixture) -> None:
+    path = Path(name)
+    fused = path.make()
+    calls = []
+
+    def broken(*args: object) -> torch.Tensor:
+        calls.append(1)
+        raise RuntimeError("inductor: C++ compile error\nlong details")
+
+    fused._compiled = broken if name == "action chunk" else PrefixLayers(broken, broken, broken)  # type: ignore[assignment]
+    with caplog.at_level(logging.WARNING, logger="oxygen_ros.model.compiled"):
+        first, second = path.result(fused), path.result(fused)
+    expected = path.eager()
+    assert torch.equal(first, expected) and torch.equal(second, expected)
+    assert len(calls) == 1 and not fused.fused and "C++ compile error" in (fused.failure or "")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "long details" not in warnings[0]
