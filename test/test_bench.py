@@ -101,7 +101,7 @@ def test_decode_cost_interpolation_and_comparisons() -> None:
 def test_robots_compares_one_engine_with_separate_processes(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "oxygen_ros.bench.cli", "--preset", "tiny", "--dtype", "float32", "--threads", "1",
            "--robots", "1,2", "--seconds", "1", "--repeats", "1", "--decode-len", "2", "--actions", "eager",
-           "--out", str(tmp_path)]
+           "--prefill", "eager", "--out", str(tmp_path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads((tmp_path / "fleet.json").read_text())
