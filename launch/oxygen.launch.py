@@ -14,9 +14,11 @@ Arguments:
     use_sim_time  'true' to follow /clock (bag replay, simulation)
     lifecycle     'true' (default): a managed node (ros2 lifecycle get/set /oxygen_node)
     autostart     'true' (default): the managed node configures and activates itself at start
+    robots        comma-separated robot names (e.g. arm1,arm2): one node, one model, each robot's topics under
+                  <namespace>/<robot>; empty (default) = the params file's 'robots' (one robot unless it names some)
 
 Everything set here is reachable without launch: `oxygen_node [--lifecycle [--autostart]] --params-file
-FILE --ros-args -p checkpoint:=DIR -p use_sim_time:=true -r __ns:=/NAMESPACE`.
+FILE --ros-args -p checkpoint:=DIR -p use_sim_time:=true -r __ns:=/NAMESPACE -p "robots:=[arm1,arm2]"`.
 """
 
 import os
@@ -26,7 +28,7 @@ from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode, Node
 
-from oxygen_ros.ros.launch_args import as_bool, check_params_file, node_arguments
+from oxygen_ros.ros.launch_args import as_bool, check_params_file, node_arguments, robot_names
 
 PACKAGE = "oxygen_ros"
 
@@ -50,6 +52,8 @@ def _node(context, *args, **kwargs):
     overrides = {"use_sim_time": as_bool("use_sim_time", arg("use_sim_time"))}
     if arg("checkpoint"):
         overrides["checkpoint"] = arg("checkpoint")
+    if robot_names(arg("robots")):
+        overrides["robots"] = robot_names(arg("robots"))
     node_class = LifecycleNode if lifecycle else Node
     return [
         node_class(
@@ -77,6 +81,8 @@ def generate_launch_description() -> LaunchDescription:
             DeclareLaunchArgument("lifecycle", default_value="true", description="a managed (lifecycle) node (true/false)"),
             DeclareLaunchArgument("autostart", default_value="true",
                                   description="configure and activate the managed node at start (true/false)"),
+            DeclareLaunchArgument("robots", default_value="",
+                                  description="robot names served by this one node, e.g. arm1,arm2 ('' = the params file's)"),
             OpaqueFunction(function=_node),
         ]
     )

@@ -8,6 +8,10 @@
    each episode's outcome;
 3. write an animated GIF of one episode with the streamed text as captions, and a PNG summary.
 
+``--robots N`` (N > 1) runs N simulated arms, each in its own namespace (``/arm1``, ``/arm2``, ...) with its
+own scenes and instructions, all driven by ONE ``oxygen_node`` (its ``robots`` parameter): one model in memory,
+every arm's frames in one batched engine tick; each arm's results go to ``<out>/<arm>``.
+
 Run it through ``scripts/demo.sh``, which also keeps DDS on loopback.
 """
 
@@ -41,13 +45,14 @@ def _say(text: str) -> None:
 class Listener:
     """Subscribes to both nodes' outputs, prints the stream and keeps one `EpisodeLog` per episode."""
 
-    def __init__(self, node) -> None:  # noqa: ANN001 (rclpy Node)
+    def __init__(self, node, label: str = "") -> None:  # noqa: ANN001 (rclpy Node)
         from oxygen_ros_msgs.msg import ActionChunk, TextDelta
         from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
         from sensor_msgs.msg import Image, JointState
         from std_msgs.msg import String
 
         latched = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self.label = label  # put before every line printed (the arm's name when there are several)
         self.episodes: list[EpisodeLog] = []
         self.ended = 0
         self.chunks: list = []
@@ -71,6 +76,9 @@ class Listener:
         self._asked: dict[int, int] = {}  # episode index -> questions sent
         node.create_timer(0.1, self._maybe_ask)
 
+    def _say(self, text: str) -> None:
+        _say("\n".join(f"{self.label}{line}" if line else line for line in text.split("\n")))
+
     @property
     def current(self) -> EpisodeLog | None:
         return self.episodes[-1] if self.episodes else None
@@ -88,7 +96,7 @@ class Listener:
             log.labels += [(x["stamp_ns"], x["subtask"], x["memory"]) for x in self._early_labels if x["episode"] == log.index]
             log.truths += [(x["stamp_ns"], x.get("answers") or {}) for x in self._early_labels if x["episode"] == log.index]
             self._said = {"language": "", "memory": ""}
-            _say(f"\n=== episode {e['index'] + 1}: \"{e['instruction']}\" (scene seed {e['seed']})")
+            self._say(f"\n=== episode {e['index'] + 1}: \"{e['instruction']}\" (scene seed {e['seed']})")
             return
         log = next(ep for ep in self.episodes if ep.index == e["index"])
         log.end_ns, log.success, log.time_to_success_s = e["stamp_ns"], e["success"], e["time_to_success_s"]
@@ -96,7 +104,7 @@ class Listener:
         right = [ok for _, ok in log.judged("language")]
         share = f"{sum(right)}/{len(right)} narrations named the true subtask" if right else "no narration"
         verdict = f"SUCCESS in {e['time_to_success_s']:.1f} s" if e["success"] else "FAILED (time limit)"
-        _say(f"=== episode {e['index'] + 1}: {verdict}; {share}")
+        self._say(f"=== episode {e['index'] + 1}: {verdict}; {share}")
 
     def _on_labels(self, msg) -> None:  # noqa: ANN001
         e = json.loads(msg.data)
@@ -126,7 +134,7 @@ class Listener:
     def _accepted(self, future, question: str, log: EpisodeLog) -> None:  # noqa: ANN001
         handle = future.result()
         if handle is None or not handle.accepted:
-            _say(f"  [asked] {question} → not accepted")
+            self._say(f"  [asked] {question} → not accepted")
             return
         handle.get_result_async().add_done_callback(lambda f: self._answered(f, question, log))
 
@@ -135,13 +143,13 @@ class Listener:
 
         r = future.result().result
         if r.finish_reason in ("refused", "error", "cancelled"):
-            _say(f"  [asked] {question} → {r.finish_reason}: {r.message}")
+            self._say(f"  [asked] {question} → {r.finish_reason}: {r.message}")
             return
         source = stamp_to_ns(r.frame_stamp)
         out = AnswerOut(question, r.answer.strip(), source, self._node.get_clock().now().nanoseconds, log.truth_at(source, question))
         log.answers.append(out)
         truth = "" if out.mark != "✗" else f" (true: {out.truth})"
-        _say(f"  [asked] {question} → {out.answer}  {out.mark}{truth}")
+        self._say(f"  [asked] {question} → {out.answer}  {out.mark}{truth}")
 
     def _on_view(self, msg) -> None:  # noqa: ANN001
         from oxygen_ros.interface.convert import image_to_array, stamp_to_ns
@@ -180,7 +188,7 @@ class Listener:
             self._said[msg.task] = text
             truth = log.label_at(source)[0 if msg.task == "language" else 1]
             mark = "" if truth is None else ("  ✓" if text.lower() == truth.lower() else f"  ✗ (true: {truth})")
-            _say(f"  [{'narration' if msg.task == 'language' else 'memory'}] {text}{mark}")
+            self._say(f"  [{'narration' if msg.task == 'language' else 'memory'}] {text}{mark}")
 
 
 def _spin_until(executor, condition, timeout_s: float) -> bool:  # noqa: ANN001
@@ -205,51 +213,68 @@ def _stop(*procs: subprocess.Popen) -> None:
             proc.wait()
 
 
-def run(episodes: int, seed: int, outdir: Path, policy_params: Path, sim_params: Path) -> int:
+def robot_names(count: int) -> list[str]:
+    """The arms' namespaces: none for one arm (topics as in the params files), arm1..armN for several."""
+    return [f"arm{i + 1}" for i in range(count)] if count > 1 else []
+
+
+def run(episodes: int, seed: int, outdir: Path, policy_params: Path, sim_params: Path, robots: int = 1) -> int:
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
     python = sys.executable
     quiet = ["--log-level", "warn"]  # this process prints what matters; warnings and errors still show
-    _say(f"[1/3] starting oxygen_node with the trained demo policy ({policy_params.name})")
-    policy = subprocess.Popen([python, "-m", "oxygen_ros.ros.main", "--params-file", str(policy_params), "--ros-args", *quiet],
-                              cwd=ROOT)  # fmt: skip
-    sim: subprocess.Popen | None = None
+    names = robot_names(robots)
+    served = f" serving {len(names)} arms ({', '.join(names)}) from one model" if names else ""
+    _say(f"[1/3] starting oxygen_node with the trained demo policy ({policy_params.name}){served}")
+    fleet = ["-p", f"robots:=[{','.join(names)}]"] if names else []
+    policy = subprocess.Popen([python, "-m", "oxygen_ros.ros.main", "--params-file", str(policy_params), "--ros-args",
+                               *fleet, *quiet], cwd=ROOT)  # fmt: skip
+    sims: list[subprocess.Popen] = []
     rclpy.init()
-    node = rclpy.create_node("oxygen_demo_listener")
     executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    listener = Listener(node)
+    arms = names or [""]
+    nodes = [rclpy.create_node("oxygen_demo_listener", namespace=f"/{arm}" if arm else None) for arm in arms]
+    listeners = [Listener(node, f"[{arm}] " if arm else "") for node, arm in zip(nodes, arms)]
+    for node in nodes:
+        executor.add_node(node)
     started = time.monotonic()
     # The episodes start only once this listener sees the policy's text streams (DDS discovery takes up to
     # a few seconds): otherwise the first narration could go out before anyone listens.
     streams = ["oxygen_node/action_chunk", "oxygen_node/text/language", "oxygen_node/text/memory"]
     try:
-        ready = _spin_until(executor, lambda: all(node.count_publishers(t) for t in streams) or policy.poll() is not None, 150)
+        ready = _spin_until(executor, lambda: all(n.count_publishers(t) for n in nodes for t in streams)
+                            or policy.poll() is not None, 150)  # fmt: skip
         if not ready or policy.poll() is not None:
             _say("oxygen_node did not come up; see its messages above")
             return 1
-        _say(f"[2/3] starting oxygen_sim_node ({sim_params.name}): {episodes} episodes; narration and memory as they "
-             "stream, ✓/✗ against the simulator's truth")  # fmt: skip
+        _say(f"[2/3] starting oxygen_sim_node ({sim_params.name}){f' x {len(names)}' if names else ''}: {episodes} "
+             "episodes each; narration and memory as they stream, ✓/✗ against the simulator's truth")  # fmt: skip
         # The simulator waits for the policy and for this listener, and stays up until stopped here, so no
         # episode report is lost to discovery delays.
-        sim_args = ["-p", f"episodes:={episodes}", "-p", f"seed:={seed}", "-p", "viewer_size:=192", "-p", "exit_when_done:=false",
-                    "-p", "wait_for_commander_s:=60.0", "-p", "wait_for_listener:=true", *quiet]  # fmt: skip
-        sim = subprocess.Popen([python, "-m", "oxygen_ros.ros.sim_main", "--params-file", str(sim_params), "--ros-args", *sim_args],
-                               cwd=ROOT)  # fmt: skip
-        _spin_until(executor, lambda: listener.ended >= episodes or sim.poll() is not None, 30.0 * episodes + 90)
-        _spin_until(executor, lambda: listener.ended >= episodes, 5.0)
+        for i, arm in enumerate(arms):
+            sim_args = ["-p", f"episodes:={episodes}", "-p", f"seed:={seed + i * episodes}", "-p", "viewer_size:=192",
+                        "-p", "exit_when_done:=false", "-p", "wait_for_commander_s:=60.0", "-p", "wait_for_listener:=true",
+                        *(["-r", f"__ns:=/{arm}"] if arm else []), *quiet]  # fmt: skip
+            sims.append(subprocess.Popen([python, "-m", "oxygen_ros.ros.sim_main", "--params-file", str(sim_params),
+                                          "--ros-args", *sim_args], cwd=ROOT))  # fmt: skip
+        all_ended = lambda: all(lst.ended >= episodes for lst in listeners)  # noqa: E731
+        _spin_until(executor, lambda: all_ended() or any(p.poll() is not None for p in sims), 30.0 * episodes + 90)
+        _spin_until(executor, all_ended, 5.0)
     finally:
-        _stop(*[p for p in (sim, policy) if p is not None])
+        _stop(*sims, policy)
         executor.shutdown()
-        node.destroy_node()
+        for node in nodes:
+            node.destroy_node()
         rclpy.shutdown()
-    return _report(listener, outdir, time.monotonic() - started)
+    elapsed = time.monotonic() - started
+    codes = [_report(lst, outdir / arm if arm else outdir, elapsed, f"{arm}: " if arm else "") for lst, arm in zip(listeners, arms)]
+    return max(codes)
 
 
-def _report(listener: Listener, outdir: Path, elapsed: float) -> int:
+def _report(listener: Listener, outdir: Path, elapsed: float, who: str = "") -> int:
     logs = [log for log in listener.episodes if log.end_ns]
-    _say(f"\n[3/3] results ({elapsed:.0f} s)")
+    _say(f"\n[3/3] {who}results ({elapsed:.0f} s)")
     if not logs:
         _say("  no episode finished")
         return 1
@@ -287,12 +312,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "demo")
     parser.add_argument("--policy-params", type=Path, default=ROOT / "config" / "demo_policy.yaml")
     parser.add_argument("--sim-params", type=Path, default=ROOT / "config" / "demo_sim.yaml")
+    parser.add_argument("--robots", type=int, default=1,
+                        help="simulated arms, each in its own namespace, all driven by one oxygen_node (default 1)")
     args = parser.parse_args(argv)
+    if not 1 <= args.robots <= 8:
+        parser.error(f"--robots must be 1..8, got {args.robots}")
     if os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE") != "LOCALHOST":
         parser.error("run the demo through scripts/demo.sh (it keeps DDS on this machine)")
     if not (ROOT / "models" / "demo" / "model.safetensors").is_file() and args.policy_params.name == "demo_policy.yaml":
         parser.error("the trained demo policy models/demo is missing (the README says how oxygen-train-demo makes it)")
-    return run(args.episodes, args.seed, args.out.resolve(), args.policy_params.resolve(), args.sim_params.resolve())
+    return run(args.episodes, args.seed, args.out.resolve(), args.policy_params.resolve(), args.sim_params.resolve(),
+               args.robots)
 
 
 if __name__ == "__main__":

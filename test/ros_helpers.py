@@ -219,6 +219,8 @@ class FakeRuntime:
         self.decode_calls: list[tuple[float, float | None, int]] = []  # (when, deadline, ticks so far)
         self.step_calls: list[tuple[float | None, float]] = []  # (step period, expected latency) of each step
         self.forgotten = 0
+        self.robots: list[str] = [""]  # "" the engine's first robot, then add_robot's names
+        self.many_calls: list[list[str]] = []  # the robots of each step_many call
         h = config.horizon or 10
         self.horizon = h
         self._actions = (scale * np.outer(np.arange(1, h + 1), np.arange(1, action_dim + 1))).astype("float32")
@@ -251,8 +253,17 @@ class FakeRuntime:
     def n_action_steps(self) -> int:
         return self.config.n_action_steps or self.horizon
 
-    def forget_chunk(self) -> None:
+    def forget_chunk(self, robot: str = "") -> None:
         self.forgotten += 1
+
+    # Several robots: each robot's frame is stepped as the only robot's would be.
+    def add_robot(self, name: str) -> None:
+        self.robots.append(name)
+
+    def step_many(self, frames: dict[str, Any], step_period_s: float | None = None, latency_s: Any = 0.0) -> dict[str, Any]:
+        self.many_calls.append(sorted(frames))
+        latency = latency_s if isinstance(latency_s, dict) else {}
+        return {name: self.step(frame, step_period_s, latency.get(name, 0.0)) for name, frame in frames.items()}
 
     def step(self, frame: Any, step_period_s: float | None = None, latency_s: float = 0.0) -> Any:
         from types import SimpleNamespace
@@ -277,10 +288,10 @@ class FakeRuntime:
     def question_tokens(self, question: str) -> list[int]:
         return [1] * len(question.split())
 
-    def question_refusal(self, n_tokens: int, max_tokens: int) -> str | None:
+    def question_refusal(self, n_tokens: int, max_tokens: int, robot: str = "") -> str | None:
         return "the fake runtime decodes no text"
 
-    def ask(self, tokens: Sequence[int], max_tokens: int) -> int:
+    def ask(self, tokens: Sequence[int], max_tokens: int, robot: str = "") -> int:
         from oxygen_ros.engine import QuestionRefused
 
         raise QuestionRefused("the fake runtime decodes no text")

@@ -15,12 +15,12 @@ import pytest
 import yaml
 
 from oxygen_ros.interface import params as P, settings as S
-from oxygen_ros.ros.launch_args import LaunchArgumentError, as_bool, check_params_file, node_arguments
+from oxygen_ros.ros.launch_args import LaunchArgumentError, as_bool, check_params_file, node_arguments, robot_names
 from oxygen_ros.ros.main import main, parse_options, ros_arguments
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCH = REPO / "launch" / "oxygen.launch.py"
-ARGUMENTS = {"params_file", "checkpoint", "namespace", "use_sim_time", "lifecycle", "autostart"}
+ARGUMENTS = {"params_file", "checkpoint", "namespace", "use_sim_time", "lifecycle", "autostart", "robots"}
 
 
 def _declared_arguments(tree: ast.AST) -> set[str]:
@@ -61,7 +61,7 @@ def test_launch_description_builds():  # pragma: no cover - needs a ROS installa
     opaque = next(e for e in description.entities if isinstance(e, OpaqueFunction))
     context = LaunchContext()
     settings = dict(params_file=str(REPO / "config" / "demo.yaml"), checkpoint="/ckpt", namespace="arm",
-                    use_sim_time="true", lifecycle="true", autostart="true")
+                    use_sim_time="true", lifecycle="true", autostart="true", robots="")
     context.launch_configurations.update(settings)
     (node,) = opaque.execute(context)
     assert isinstance(node, LifecycleNode)
@@ -72,6 +72,15 @@ def test_launch_description_builds():  # pragma: no cover - needs a ROS installa
     context.launch_configurations.update(params_file="/no/such/robot.yaml")
     with pytest.raises(LaunchArgumentError, match="params_file '/no/such/robot.yaml' does not exist"):
         opaque.execute(context)
+
+
+def test_two_arms_launch_example_serves_its_robots_from_one_node():
+    path = REPO / "launch" / "two_arms_sim.launch.py"
+    tree = ast.parse(path.read_text(), filename=str(path))
+    assert "generate_launch_description" in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    assert _declared_arguments(tree) == {"robots", "episodes", "seed"}
+    text = path.read_text()
+    assert '{"robots": robots}' in text and 'executable="oxygen_sim_node"' in text and "namespace=robot" in text
 
 
 def test_launch_arguments_are_checked(tmp_path):
@@ -88,6 +97,11 @@ def test_launch_arguments_are_checked(tmp_path):
     assert node_arguments(False, True) == [] and node_arguments(True, False) == ["--lifecycle"]
     assert node_arguments(True, True) == ["--lifecycle", "--autostart"]
     assert parse_options(["x", *node_arguments(True, True), "--ros-args", "-r", "__ns:=/arm"]).autostart
+    assert robot_names("") == [] and robot_names("arm1, arm2") == ["arm1", "arm2"] and robot_names("[a,b]") == ["a", "b"]
+    with pytest.raises(LaunchArgumentError, match="namespace token"):
+        robot_names("arm-1")
+    with pytest.raises(LaunchArgumentError, match="unique"):
+        robot_names("a,a")
 
 
 # ---------------------------------------------------------------------------------------- configs

@@ -88,6 +88,12 @@ def test_every_runtime_field_is_a_parameter():
         ({"rtc_beta": float("inf")}, "must be finite"),
         ({"horizon": 10, "rtc_prefix_attention_horizon": 12}, "rtc_prefix_attention_horizon must be in 0..horizon"),
         ({"rtc_schedule": "cosine"}, "rtc_schedule must be one of"),
+        ({"robots": ["arm 1"]}, "must be one namespace token"),
+        ({"robots": ["1arm"]}, "must be one namespace token"),
+        ({"robots": ["a", "a"]}, "robots must be unique"),
+        ({"robots": ["a", "b"], "engine_mode": "sequential"}, "several robots need engine_mode oxygen or action_only"),
+        ({"robots": ["a", "b"], "camera_topics": ["/cam"]}, "camera_topics '/cam'"),
+        ({"robots": ["a", "b"], "instruction_topic": "/instruction"}, "instruction_topic '/instruction'"),
     ],
 )
 def test_bad_values_are_refused_with_a_reason(change, words):

@@ -26,6 +26,7 @@ from oxygen_ros.runtime.alignment import REPLAN, TIME_ALIGNMENTS
 from oxygen_ros.runtime.config import NORM_MODE_CHOICES, PROMPT_FORMAT_CHOICES, RESIZE_MODE_CHOICES
 
 from .param_spec import ParamSpec, check_device as _check_device, check_topic as _check_topic
+from .topic_names import robot_name_problem
 
 __all__ = ["DEFAULT_TRAJECTORY_TOPIC", "PARAMS", "RUNTIME_FIELDS", "SPECS", "TASK_LISTS"]
 
@@ -41,6 +42,15 @@ def _check_task_names(value: Sequence[str]) -> str | None:
         return f"task_names must be unique, got {list(value)}"
     if ASK_TASK in value:
         return f"task_names: {ASK_TASK!r} is reserved for the ~/ask action's answers"
+    return None
+
+
+def _check_robot_names(value: Sequence[str]) -> str | None:
+    problems = [r for name in value if (r := robot_name_problem(name))]
+    if problems:
+        return f"robots: {problems[0]}"
+    if len(set(value)) != len(value):
+        return f"robots must be unique, got {list(value)}"
     return None
 
 
@@ -237,6 +247,11 @@ PARAMS: tuple[ParamSpec, ...] = (
               low=1, high=100_000),
     ParamSpec("ask_max_goals", "int", 4, "Most ~/ask goals open at once (more are refused); 0 = refuse every question.",
               low=0, high=32),
+    # ------------------------------------------------------------------------------ several robots
+    ParamSpec("robots", "str[]", [],
+              "Names of the robots this node serves from one model; each robot's topics, outputs and ~/ask resolve "
+              "under its namespace (<node namespace>/<robot>/...). Empty = one robot, topics as given.",
+              check=_check_robot_names),
 )
 
 SPECS: dict[str, ParamSpec] = {p.name: p for p in PARAMS}

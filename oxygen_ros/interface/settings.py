@@ -54,6 +54,7 @@ class NodeSettings:
     ask_max_goals: int = 4
     outputs: tuple[OutputSpec, ...] = ()  # the controller outputs (the legacy single trajectory included)
     explicit_outputs: bool = False  # given as output_* lists: every action dim must go to one of them
+    robots: tuple[str, ...] = ()  # the robots served (each under its namespace); () = one robot, topics as given
 
     @property
     def control_period_s(self) -> float:
@@ -123,10 +124,26 @@ def cross_checks(v: Mapping[str, Any]) -> list[str]:
         outputs_of(v)
     except OutputConfigError as exc:
         problems.extend(str(exc).splitlines())
+    if v.get("robots"):
+        problems.extend(_robots_problems(v))
     features = list(v.get("camera_features") or [])
     if features and len(features) != len(topics):
         problems.append(f"camera_features must be empty or name one feature per camera_topics entry ({len(topics)}), "
                         f"got {len(features)}")
+    return problems
+
+
+def _robots_problems(v: Mapping[str, Any]) -> list[str]:
+    """Several robots share one engine tick (oxygen or action_only) and resolve every topic under their namespace."""
+    problems = []
+    if v["engine_mode"] not in ("oxygen", "action_only"):
+        problems.append(f"robots: several robots need engine_mode oxygen or action_only, not {v['engine_mode']!r}")
+    named = [("camera_topics", t) for t in v["camera_topics"] if t]
+    named += [(n, v[n]) for n in ("joint_state_topic", "instruction_topic", "trajectory_topic")]
+    named += [("output_topics", t) for t in v.get("output_topics") or []]
+    absolute = [f"{name} {topic!r}" for name, topic in named if topic.startswith("/")]
+    if absolute:
+        problems.append(f"robots: topics must be relative to follow each robot's namespace, got {', '.join(absolute)}")
     return problems
 
 
@@ -242,4 +259,5 @@ def node_settings(v: Mapping[str, Any]) -> NodeSettings:
         ask_max_goals=int(v["ask_max_goals"]),
         outputs=outputs_of(v)[0],
         explicit_outputs=outputs_of(v)[1],
+        robots=tuple(v["robots"]),
     )

@@ -8,8 +8,9 @@ followed by '/'. test_topic_names.py checks the verdicts against rclpy's own val
 
 from __future__ import annotations
 
-__all__ = ["topic_name_problem"]
+__all__ = ["robot_name_problem", "robot_topic", "topic_name_problem"]
 
+_ROBOT_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 _WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 
@@ -51,3 +52,28 @@ def topic_name_problem(name: str) -> str | None:
     if name.startswith("~") and len(name) > 2 and name[1] != "/":  # as rcl: a two-character "~x" passes
         return "topic name must not have a '~' that is not followed by a forward slash (position 1)"
     return None
+
+
+def robot_name_problem(name: str) -> str | None:
+    """None when ``name`` can be a robot's namespace token (letters, digits, '_'; not starting with a digit)."""
+    if not name or not set(name) <= _ROBOT_NAME_CHARS or name[0].isdigit():
+        return f"robot name {name!r} must be one namespace token: letters, digits and '_', not starting with a digit"
+    return None
+
+
+def robot_topic(robot: str, topic: str, node_name: str) -> str:
+    """The name a node serving several robots uses for ``robot``'s ``topic``: what a one-robot node started in
+    the namespace ``<its namespace>/<robot>`` would resolve, written relative to the node's own namespace.
+
+    ``camera/image`` → ``arm1/camera/image``; ``~/ask`` → ``arm1/<node_name>/ask``. ``robot == ""`` (the node's
+    only robot) keeps the name as it is. Absolute names cannot follow a robot: ValueError.
+    """
+    if not robot:
+        return topic
+    if topic.startswith("/"):
+        raise ValueError(f"{topic!r} is absolute: with several robots every topic must be relative (or private, '~/...') "
+                         "so that it resolves under each robot's namespace")
+    if topic.startswith("~"):
+        rest = topic[1:].lstrip("/")
+        return f"{robot}/{node_name}/{rest}" if rest else f"{robot}/{node_name}"
+    return f"{robot}/{topic}"

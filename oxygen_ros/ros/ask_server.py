@@ -69,9 +69,11 @@ class _Goal:
 class AskServer:
     """The `~/ask` action server of a node whose model thread calls `pump`, `on_events` and `on_refused`."""
 
-    def __init__(self, node: Node, callback_group: CallbackGroup) -> None:
+    def __init__(self, node: Node, callback_group: CallbackGroup, name: str = "~/ask") -> None:
         self._node = node
+        self.name = name
         self._runtime: Any = None
+        self._robot = ""  # the runtime's name of the robot whose frames answer the questions
         self.max_tokens = 0
         self.max_goals = 0
         self._lock = threading.Lock()
@@ -82,15 +84,17 @@ class AskServer:
         self._pace = threading.Lock()
         self._next_feedback_s = 0.0
         self._server = ActionServer(
-            node, Ask, "~/ask", execute_callback=self._execute, goal_callback=lambda goal: GoalResponse.ACCEPT,
+            node, Ask, name, execute_callback=self._execute, goal_callback=lambda goal: GoalResponse.ACCEPT,
             cancel_callback=self._on_cancel, callback_group=callback_group,
             feedback_pub_qos_profile=QoSProfile(depth=FEEDBACK_DEPTH),
         )
 
-    def attach(self, runtime: Any, *, max_tokens: int, max_goals: int) -> None:
-        """A configured node's runtime and limits (goals are refused until `set_active(True)`)."""
+    def attach(self, runtime: Any, *, max_tokens: int, max_goals: int, robot: str = "") -> None:
+        """A configured node's runtime, the robot it answers for, and limits (goals are refused until
+        `set_active(True)`)."""
         with self._lock:
             self._runtime, self.max_tokens, self.max_goals = runtime, max_tokens, max_goals
+            self._robot = robot
 
     def detach(self) -> None:
         self.close("the node is cleaning up")
@@ -166,7 +170,7 @@ class AskServer:
                 return "the node is not active"
             if len(self._open) >= self.max_goals:
                 return f"busy: {len(self._open)} questions are open (ask_max_goals {self.max_goals})"
-            reason = runtime.question_refusal(len(tokens), max_tokens)  # counters only: safe here
+            reason = runtime.question_refusal(len(tokens), max_tokens, robot=self._robot)  # counters only: safe here
             if reason:
                 return reason
             goal.tokens, goal.max_tokens = tokens, max_tokens
@@ -193,7 +197,7 @@ class AskServer:
                 continue
             if kind == "ask":
                 try:
-                    goal.request_id = self._runtime.ask(goal.tokens, goal.max_tokens)
+                    goal.request_id = self._runtime.ask(goal.tokens, goal.max_tokens, robot=self._robot)
                 except QuestionRefused as exc:
                     self._resolve(goal, "refused", str(exc))
                     continue

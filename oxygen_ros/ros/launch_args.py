@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["LaunchArgumentError", "as_bool", "check_params_file", "node_arguments"]
+from oxygen_ros.interface.topic_names import robot_name_problem
+
+__all__ = ["LaunchArgumentError", "as_bool", "check_params_file", "node_arguments", "robot_names"]
 
 
 class LaunchArgumentError(ValueError):
@@ -35,3 +37,14 @@ def node_arguments(lifecycle: bool, autostart: bool) -> list[str]:
     if not lifecycle:
         return []
     return ["--lifecycle", *(["--autostart"] if autostart else [])]
+
+
+def robot_names(text: str) -> list[str]:
+    """The `robots` launch argument ("arm1,arm2" or "[arm1, arm2]"; "" = one robot) as a list of names."""
+    names = [n.strip() for n in text.strip().strip("[]").split(",") if n.strip()]
+    problems = [r for n in names if (r := robot_name_problem(n))]
+    if problems:
+        raise LaunchArgumentError(f"robots: {problems[0]}")
+    if len(set(names)) != len(names):
+        raise LaunchArgumentError(f"robots must be unique, got {names}")
+    return names

@@ -8,6 +8,12 @@ executor callback: rclpy's MultiThreadedExecutor busy-spins while a timer is rea
 is busy, holding the GIL. (`main` also shortens the GIL switch interval; see there.)
 Diagnostics run in their own group from numbers the model thread records.
 
+Several robots (the `robots` parameter): one model, one engine and one model thread serve them all. Each
+robot has its own `RobotPorts` (inputs, publishers, `~/ask`, diagnostics) under its namespace; a control tick
+gathers the frames of every robot that is due and has usable inputs and runs them in one batched engine tick
+(`PolicyRuntime.step_many`); a robot without usable inputs is skipped without delaying the others, and every
+robot's text advances in the same decode steps.
+
 Every time is the node clock's (`use_sim_time` and bag replay work). Bad inputs give a throttled warning,
 a counter in /diagnostics and no chunk for that tick; the node keeps running. All model and KV logic lives
 behind the runtime facade.
@@ -24,7 +30,6 @@ from __future__ import annotations
 import re
 import threading
 import time
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Sequence
 
@@ -51,7 +56,9 @@ from oxygen_ros.runtime.alignment import ChunkTooLate, replan_due
 from . import node_params
 from .ask_server import AskServer
 from .controller_outputs import ControllerOutputs
+from oxygen_ros.interface.topic_names import robot_topic
 from .diagnostics import Diagnostics, diagnostic_array
+from .robot_ports import RobotPorts, TextPublishers, diagnostics_prefix
 from .topic_stats import TopicStatistics
 
 __all__ = ["OxygenNode", "RuntimeLoader"]
@@ -73,12 +80,6 @@ WARN_THROTTLE_S = 2.0
 MIN_DECODE_SHARE = 0.1  # decode budget per tick, as a share of the period, when ticks leave no slack
 _DIGITS = re.compile(r"[0-9.]+")
 _MAX_THROTTLE_KEYS = 256
-
-
-@dataclass
-class _TextPublishers:
-    delta: Publisher
-    final: Publisher
 
 
 def _wait_acked(publishers: Sequence[Publisher], timeout_s: float, step_s: float = 0.01) -> bool:
@@ -114,16 +115,12 @@ class OxygenNode(Node):
         self.state_problem = ""  # why the latest configure failed ('' = it did not)
         self._loggers: dict[tuple[str, str], Any] = {}
         self._text_parts: dict[int, list[str]] = {}
-        self._last_instruction = ""
+        self._ports: list[RobotPorts] = []  # one per robot served, while configured
         self._grace_until = 0.0  # time.monotonic() until which not-yet-arrived inputs are not warned about
         self._tick_wanted = threading.Event()
-        self._last_chunk_s: float | None = None  # node-clock time of the tick of the last chunk
-        self._last_latency_s = 0.0  # observation → publication of the last chunk
         self._stopping = threading.Event()
         self._model_thread: threading.Thread | None = None
-        self._input_subs: list[Any] = []
         self._control_timer: Any = None
-        self._outputs: ControllerOutputs | None = None  # controller publishers, while configured
 
         self._timer_group = MutuallyExclusiveCallbackGroup()
         self._input_group = ReentrantCallbackGroup()
@@ -132,7 +129,8 @@ class OxygenNode(Node):
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.add_post_set_parameters_callback(self._after_set_parameters)
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", RELIABLE)
-        self._ask = AskServer(self, callback_group=self._ask_group)  # refuses questions until active
+        # ~/ask servers by action name; they live as long as the node and refuse questions until active.
+        self._asks: dict[str, AskServer] = {"~/ask": AskServer(self, callback_group=self._ask_group)}
         self._diag_timer = self.create_timer(float(self._values["diagnostics_period_s"]), self._on_diagnostics,
                                              callback_group=self._diag_group)
         if not managed:
@@ -149,22 +147,14 @@ class OxygenNode(Node):
         try:
             self._check_fits_model()
             s = self.settings
-            unused = self.runtime.num_image_slots - len(s.camera_topics)  # slots past the list: no camera, masked
-            cameras = [self.resolve_topic_name(t) if t else "" for t in s.camera_topics]  # as `ros2 topic list` shows
-            self.store = InputStore(
-                [*cameras, *[""] * unused],
-                [*s.camera_optional, *[True] * unused],
-                [*s.camera_sizes, *[(0, 0)] * unused],
-                use_state=bool(s.joint_names),
-                max_instruction_chars=s.max_instruction_chars,
-            )
-            self.diag = Diagnostics(self._chunk_rate_hz())
+            names = s.robots or ("",)
+            for name in names[1:]:  # the first robot is the engine's own ("")
+                self.runtime.add_robot(name)
             self._diag_timer.timer_period_ns = int(round(s.diagnostics_period_s * 1e9))  # may have changed unconfigured
-            self.topic_stats = TopicStatistics([*(t for t in cameras if t), *(["joint_states"] if s.joint_names else [])])
             self._limits = JointLimits(s.joint_limits_lower, s.joint_limits_upper)
-            self._create_publishers()
-            self._ask.attach(self.runtime, max_tokens=s.ask_max_tokens, max_goals=s.ask_max_goals)
+            self._ports = [self._make_ports(name, "" if i == 0 else name) for i, name in enumerate(names)]
         except BaseException:
+            self._release_ports()
             self.runtime = None
             raise
         self.state_problem = ""
@@ -175,13 +165,15 @@ class OxygenNode(Node):
         """Subscriptions, the control timer and the model thread live; ~/ask takes questions."""
         self._stopping.clear()
         self._tick_wanted.clear()
-        self._last_chunk_s = None  # the first tick after activation computes a chunk
+        for port in self._ports:
+            port.last_chunk_s = None  # the first tick after activation computes a chunk
         self._grace_until = time.monotonic() + STARTUP_GRACE_S
         self._create_subscriptions()
         self._create_timers()
         self._model_thread = threading.Thread(target=self._model_loop, name="oxygen-model", daemon=True)
         self._model_thread.start()
-        self._ask.set_active(True)
+        for port in self._ports:
+            port.ask.set_active(True)
         self.active = True
 
     def _deactivate(self, timeout_s: float = 1.0) -> int:
@@ -190,15 +182,17 @@ class OxygenNode(Node):
         if not self.active:
             return 0
         self.active = False
-        self._ask.set_active(False)
+        for port in self._ports:
+            port.ask.set_active(False)
         self._stopping.set()
         self._tick_wanted.set()
         if self._model_thread is not None:
             self._model_thread.join(timeout=30.0)  # the runtime is never used from two threads
         if self._control_timer is not None:  # cancelled, not destroyed: `activate` resets it
             self._control_timer.cancel()
-        if self._outputs is not None:
-            self._outputs.stop()  # velocity and twist outputs: a zero command rather than the last one
+        for port in self._ports:
+            if port.outputs is not None:
+                port.outputs.stop()  # velocity and twist outputs: a zero command rather than the last one
         ended = 0
         try:
             events = self.runtime.close()
@@ -207,28 +201,35 @@ class OxygenNode(Node):
         else:
             self._publish_events(events)
             ended = sum(1 for ev in events if ev.final)
-            self.diag.engine(self.runtime.stats())  # /diagnostics shows the KV freed while inactive
-            _wait_acked([p for pubs in self._text_pubs.values() for p in (pubs.delta, pubs.final)], timeout_s)
-        self._ask.close("the node stopped answering (deactivated)")
-        for sub in self._input_subs:
-            self.destroy_subscription(sub)
-        self._input_subs = []
+            stats = self.runtime.stats()
+            for port in self._ports:
+                port.diag.engine(stats)  # /diagnostics shows the KV freed while inactive
+            _wait_acked([p for port in self._ports for t in port.text_pubs.values() for p in (t.delta, t.final)], timeout_s)
+        for port in self._ports:
+            port.ask.close("the node stopped answering (deactivated)")
+            for sub in port.subscriptions:
+                self.destroy_subscription(sub)
+            port.subscriptions = []
         return ended
 
     def _cleanup(self) -> None:
         """Release the model, the publishers and the ~/ask server (back to unconfigured)."""
         self._deactivate()
         self._ready = False
-        self._ask.detach()
-        if self._outputs is not None:
-            self._outputs.destroy(self._destroy_publisher)
-            self._outputs = None
-        for pub in [self._chunk_pub, *(p for t in self._text_pubs.values() for p in (t.delta, t.final))]:
-            if pub is not None:
-                self._destroy_publisher(pub)
-        self._text_pubs = {}
+        self._release_ports()
         self._text_parts.clear()
         self.runtime = None
+
+    def _release_ports(self) -> None:
+        for port in self._ports:
+            port.ask.detach()
+            if port.outputs is not None:
+                port.outputs.destroy(self._destroy_publisher)
+                port.outputs = None
+            for pub in port.publishers():
+                self._destroy_publisher(pub)
+            port.chunk_pub, port.text_pubs = None, {}
+        self._ports = []
 
     def _make_publisher(self, msg_type: Any, topic: str, qos: QoSProfile) -> Publisher:
         """A publisher of a configured node (the managed node makes lifecycle publishers)."""
@@ -236,6 +237,16 @@ class OxygenNode(Node):
 
     def _destroy_publisher(self, publisher: Publisher) -> None:
         self.destroy_publisher(publisher)
+
+    @property
+    def store(self) -> InputStore:
+        """The first robot's inputs (the only robot's, without `robots`)."""
+        return self._ports[0].store
+
+    @property
+    def diag(self) -> Diagnostics:
+        """The first robot's diagnostics."""
+        return self._ports[0].diag
 
     # --------------------------------------------------------------------------------- set-up
     def _warn_unknown_overrides(self) -> None:
@@ -258,40 +269,62 @@ class OxygenNode(Node):
         if problems:
             raise S.ConfigError("parameters do not fit the model: " + "; ".join(problems))
 
-    def _create_publishers(self) -> None:
-        self._chunk_pub = self._make_publisher(ActionChunk, "~/action_chunk", RELIABLE)
-        self._outputs = ControllerOutputs(self, self.settings, self._make_publisher, RELIABLE, self._timer_group)
-        self._text_pubs = {
-            task.name: _TextPublishers(
-                self._make_publisher(TextDelta, text_topic(task.name), TEXT_QOS),
-                self._make_publisher(String, final_text_topic(task.name), RELIABLE),
+    def _make_ports(self, name: str, key: str) -> RobotPorts:
+        """One robot's input store, diagnostics, publishers and ~/ask server (topics under its namespace)."""
+        s, rt = self.settings, self.runtime
+        node_name = self.get_name()
+        ask_name = robot_topic(name, "~/ask", node_name)
+        if ask_name not in self._asks:  # created once; it outlives cleanup like the one-robot server
+            self._asks[ask_name] = AskServer(self, callback_group=self._ask_group, name=ask_name)
+        port = RobotPorts(name, key, node_name, store=None, diag=None, topic_stats=None, ask=self._asks[ask_name])  # type: ignore[arg-type]
+        unused = rt.num_image_slots - len(s.camera_topics)  # slots past the list: no camera, masked
+        cameras = [self.resolve_topic_name(port.topic(t)) if t else "" for t in s.camera_topics]  # as `ros2 topic list` shows
+        port.store = InputStore(
+            [*cameras, *[""] * unused],
+            [*s.camera_optional, *[True] * unused],
+            [*s.camera_sizes, *[(0, 0)] * unused],
+            use_state=bool(s.joint_names),
+            max_instruction_chars=s.max_instruction_chars,
+        )
+        prefix = diagnostics_prefix(name)
+        port.diag = Diagnostics(self._chunk_rate_hz(), prefix=prefix)
+        port.topic_stats = TopicStatistics([*(t for t in cameras if t), *(["joint_states"] if s.joint_names else [])],
+                                           prefix=prefix)
+        port.chunk_pub = self._make_publisher(ActionChunk, port.topic("~/action_chunk"), RELIABLE)
+        port.outputs = ControllerOutputs(self, s, lambda typ, topic, qos: self._make_publisher(typ, port.topic(topic), qos),
+                                         RELIABLE, self._timer_group)
+        port.text_pubs = {
+            task.name: TextPublishers(
+                self._make_publisher(TextDelta, port.topic(text_topic(task.name)), TEXT_QOS),
+                self._make_publisher(String, port.topic(final_text_topic(task.name)), RELIABLE),
             )
-            for task in self.runtime.config.tasks
+            for task in rt.config.tasks
         }
+        port.ask.attach(rt, max_tokens=s.ask_max_tokens, max_goals=s.ask_max_goals, robot=key)
+        return port
 
     def _create_subscriptions(self) -> None:
+        for port in self._ports:
+            port.subscriptions = self._subscribe(port)
+
+    def _subscribe(self, port: RobotPorts) -> list[Any]:
         s = self.settings
-        self._input_subs = []
+        subs = []
         for slot, topic in enumerate(s.camera_topics):
             if not topic:
                 continue
             msg_type, callback = (CompressedImage, self._on_compressed) if s.camera_compressed[slot] else (Image, self._on_image)
-            self._input_subs.append(
-                self.create_subscription(msg_type, topic, partial(callback, slot), qos_profile_sensor_data,
-                                         callback_group=self._input_group)
-            )
+            subs.append(self.create_subscription(msg_type, port.topic(topic), partial(callback, port, slot),
+                                                 qos_profile_sensor_data, callback_group=self._input_group))
         if s.joint_names:
-            self._input_subs.append(
-                self.create_subscription(JointState, s.joint_state_topic, self._on_joint_state, qos_profile_sensor_data,
-                                         callback_group=self._input_group)
-            )
+            subs.append(self.create_subscription(JointState, port.topic(s.joint_state_topic), partial(self._on_joint_state, port),
+                                                 qos_profile_sensor_data, callback_group=self._input_group))
         quiet = SubscriptionEventCallbacks(incompatible_qos=lambda event: None)  # the volatile one reads that writer
-        warn = SubscriptionEventCallbacks(incompatible_qos=self._on_incompatible_instruction)
+        warn = SubscriptionEventCallbacks(incompatible_qos=partial(self._on_incompatible_instruction, port))
         for qos, events in ((INSTRUCTION_QOS, quiet), (INSTRUCTION_LIVE_QOS, warn)):
-            self._input_subs.append(
-                self.create_subscription(String, s.instruction_topic, self._on_instruction, qos,
-                                         callback_group=self._input_group, event_callbacks=events)
-            )
+            subs.append(self.create_subscription(String, port.topic(s.instruction_topic), partial(self._on_instruction, port),
+                                                 qos, callback_group=self._input_group, event_callbacks=events))
+        return subs
 
     def _create_timers(self) -> None:
         s = self.settings
@@ -308,7 +341,8 @@ class OxygenNode(Node):
         Questions from ~/ask (and their cancellations) are taken in here, the runtime's only thread."""
         while not self._stopping.is_set():
             woken = self._tick_wanted.wait(timeout=0.1)
-            self._ask.pump()
+            for port in self._ports:
+                port.ask.pump()
             if not woken:
                 continue
             self._tick_wanted.clear()
@@ -331,6 +365,10 @@ class OxygenNode(Node):
             f"{len(s.joint_names)} joints; {s.control_rate_hz:g} Hz; text tasks {tasks}"
         )
         self.get_logger().info(rt.describe())
+        if s.robots:
+            ns = self.get_namespace().rstrip("/")
+            self.get_logger().info(f"serving {len(s.robots)} robots from one model: "
+                                   + ", ".join(f"{r} (topics under {ns}/{r})" for r in s.robots))
         for o in s.outputs:
             self.get_logger().info(
                 f"output {o.name}: {o.type} on {o.topic} <- action dims {list(o.dims)}"
@@ -346,47 +384,47 @@ class OxygenNode(Node):
     def _now_ns(self) -> int:
         return self.get_clock().now().nanoseconds
 
-    def _on_image(self, slot: int, msg: Image) -> None:
-        self._store_image(slot, msg, image_to_array)
+    def _on_image(self, port: RobotPorts, slot: int, msg: Image) -> None:
+        self._store_image(port, slot, msg, image_to_array)
 
-    def _on_compressed(self, slot: int, msg: CompressedImage) -> None:
-        self._store_image(slot, msg, compressed_image_to_array)
+    def _on_compressed(self, port: RobotPorts, slot: int, msg: CompressedImage) -> None:
+        self._store_image(port, slot, msg, compressed_image_to_array)
 
-    def _store_image(self, slot: int, msg: Any, convert: Callable[[Any], Any]) -> None:
+    def _store_image(self, port: RobotPorts, slot: int, msg: Any, convert: Callable[[Any], Any]) -> None:
         recv = self._now_ns()
         stamp = stamp_to_ns(msg.header.stamp)
         try:
             image = convert(msg)
         except Exception as exc:  # anything a malformed message can raise: refuse it, never crash
-            self._warn("bad_image", self.store.reject_image(slot, str(exc), stamp, recv))
+            self._warn("bad_image", port.label + port.store.reject_image(slot, str(exc), stamp, recv))
             return
         if not image.flags.writeable:  # a view of the message's bytes: own it (torch wants writable arrays)
             image = image.copy()
-        reason = self.store.put_image(slot, image, stamp, recv, msg.header.frame_id)
+        reason = port.store.put_image(slot, image, stamp, recv, msg.header.frame_id)
         if reason:
-            self._warn("bad_image", reason)
+            self._warn("bad_image", port.label + reason)
 
-    def _on_joint_state(self, msg: JointState) -> None:
+    def _on_joint_state(self, port: RobotPorts, msg: JointState) -> None:
         recv = self._now_ns()
         stamp = stamp_to_ns(msg.header.stamp)
         try:
             positions = joint_positions(msg, self.settings.joint_names)
         except Exception as exc:
-            self._warn("bad_joint_state", self.store.reject_joint_state(str(exc), stamp, recv))
+            self._warn("bad_joint_state", port.label + port.store.reject_joint_state(str(exc), stamp, recv))
             return
-        self.store.put_joint_state(positions, stamp, recv)
+        port.store.put_joint_state(positions, stamp, recv)
 
-    def _on_instruction(self, msg: String, info: Any) -> None:
-        reason = self.store.put_instruction(msg.data, self._now_ns(), sent_ns=int(info.get("source_timestamp", 0)))
-        current = self.store.instruction()
+    def _on_instruction(self, port: RobotPorts, msg: String, info: Any) -> None:
+        reason = port.store.put_instruction(msg.data, self._now_ns(), sent_ns=int(info.get("source_timestamp", 0)))
+        current = port.store.instruction()
         if reason:
-            self._warn("bad_instruction", f"instruction refused: {reason}")
-        elif current is not None and current != self._last_instruction:
-            self._last_instruction = current
-            self.get_logger().info(f"instruction: {current[:200]!r}")
+            self._warn("bad_instruction", f"{port.label}instruction refused: {reason}")
+        elif current is not None and current != port.last_instruction:
+            port.last_instruction = current
+            self.get_logger().info(f"{port.label}instruction: {current[:200]!r}")
 
-    def _on_incompatible_instruction(self, event: QoSRequestedIncompatibleQoSInfo) -> None:
-        topic = self.resolve_topic_name(self.settings.instruction_topic)
+    def _on_incompatible_instruction(self, port: RobotPorts, event: QoSRequestedIncompatibleQoSInfo) -> None:
+        topic = self.resolve_topic_name(port.topic(self.settings.instruction_topic))
         self._warn("instruction_qos", f"a publisher on {topic} offers incompatible QoS "
                                       f"({qos_policy_name_from_kind(event.last_policy_kind)}): its instructions are not "
                                       "received; publish them reliable (volatile or transient local)")
@@ -405,48 +443,76 @@ class OxygenNode(Node):
 
     # ------------------------------------------------------------------------------ model work
     def _on_tick(self) -> None:
+        """One control tick: the frame of every robot that is due and has usable inputs, one engine tick for
+        them all, then each robot's chunk and controller commands."""
         s, rt = self.settings, self.runtime
         now_s = self._now_ns() / 1e9
-        if not replan_due(now_s, self._last_chunk_s, rt.config.replan, rt.n_action_steps, s.step_period_s,
-                          slack_s=s.control_period_s / 2):  # fmt: skip
-            return  # the current chunk still runs: replanning every n_action_steps steps
+        due = [p for p in self._ports
+               if replan_due(now_s, p.last_chunk_s, rt.config.replan, rt.n_action_steps, s.step_period_s,
+                             slack_s=s.control_period_s / 2)]  # fmt: skip
+        if not due:
+            return  # the current chunks still run: replanning every n_action_steps steps
         start = time.perf_counter()
         now_ns = self._now_ns()
-        self.diag.tick_started(now_ns)
-        self.topic_stats.record_ages(self.store.ages_s(now_ns))
-        try:
-            obs = self.store.snapshot(now_ns, int(s.max_observation_age_s * 1e9), s.default_instruction)
-        except ObservationError as exc:
-            self._skip(exc.kind, str(exc))
+        frames: dict[str, Any] = {}
+        observations: dict[str, Observation] = {}
+        for port in due:
+            got = self._frame_of(port, now_ns)
+            if got is not None:
+                observations[port.key], frames[port.key] = got
+        if not frames:
             return
+        served = [p for p in due if p.key in frames]
+        try:
+            # With real-time chunking each new chunk continues its robot's last one; the delay is the last
+            # measured latency.
+            if len(self._ports) == 1:
+                port = served[0]
+                results = {port.key: rt.step(frames[port.key], s.step_period_s, port.last_latency_s)}
+            else:
+                results = rt.step_many(frames, s.step_period_s, {p.key: p.last_latency_s for p in served})
+        except Exception as exc:  # a robot never sees a traceback: log, count, no chunk, keep running
+            for port in served:
+                self._engine_error(port, "control tick", exc)
+            return
+        finally:
+            stats = rt.stats()
+            for port in served:
+                port.diag.engine(stats)
+        for port in served:
+            result = results[port.key]
+            port.last_chunk_s = now_s
+            port.ask.on_refused(getattr(result.tick, "refused", ()))
+            try:
+                self._publish_step(port, observations[port.key], result, start)
+            except Exception as exc:  # e.g. NaN actions: no chunk rather than a wrong one
+                rt.forget_chunk(port.key)  # the robot does not execute it: the next chunk must not continue it
+                self._engine_error(port, "action chunk", exc)
+            self._publish_events(result.events)  # text of modes that finish it inside the frame
+
+    def _frame_of(self, port: RobotPorts, now_ns: int) -> tuple[Observation, Any] | None:
+        """The robot's observation and model frame now, or None (skipped: the reason is counted and logged)."""
+        s = self.settings
+        port.diag.tick_started(now_ns)
+        port.topic_stats.record_ages(port.store.ages_s(now_ns))
+        try:
+            obs = port.store.snapshot(now_ns, int(s.max_observation_age_s * 1e9), s.default_instruction)
+        except ObservationError as exc:
+            self._skip(port, exc.kind, str(exc))
+            return None
         try:
             frame = self.runtime.make_frame(obs.images, obs.state, obs.instruction, obs.stamp_ns)
         except InputError as exc:
-            self.store.count(f"skipped_invalid_{exc.kind}")
-            self._skip(f"invalid_{exc.kind}", str(exc))
-            return
+            port.store.count(f"skipped_invalid_{exc.kind}")
+            self._skip(port, f"invalid_{exc.kind}", str(exc))
+            return None
         if self.runtime.last_prompt_truncated:  # cut as openpi/LeRobot do; the chunk still goes out
-            self.store.count("prompts_truncated")
-            self._warn("prompt_truncated", f"prompt cut to {self.runtime.model_config.max_prompt_tokens} tokens "
-                                           f"(max_prompt_tokens); shorten the instruction")
-        try:
-            # With real-time chunking the new chunk continues the last one; its delay is the last measured latency.
-            result = self.runtime.step(frame, s.step_period_s, self._last_latency_s)
-            self._last_chunk_s = now_s
-        except Exception as exc:  # a robot never sees a traceback: log, count, no chunk, keep running
-            self._engine_error("control tick", exc)
-            return
-        finally:
-            self.diag.engine(self.runtime.stats())
-        self._ask.on_refused(getattr(result.tick, "refused", ()))
-        try:
-            self._publish_step(obs, result, start)
-        except Exception as exc:  # e.g. NaN actions: no chunk rather than a wrong one
-            self.runtime.forget_chunk()  # the robot does not execute it: the next chunk must not continue it
-            self._engine_error("action chunk", exc)
-        self._publish_events(result.events)  # text of modes that finish it inside the frame
+            port.store.count("prompts_truncated")
+            self._warn("prompt_truncated", f"{port.label}prompt cut to {self.runtime.model_config.max_prompt_tokens} "
+                                           f"tokens (max_prompt_tokens); shorten the instruction")
+        return obs, frame
 
-    def _publish_step(self, obs: Observation, result: Any, start: float) -> None:
+    def _publish_step(self, port: RobotPorts, obs: Observation, result: Any, start: float) -> None:
         s, rt = self.settings, self.runtime
         latency_s = max(0.0, (self._now_ns() - obs.stamp_ns) / 1e9)  # observation → publication, node clock
         chunk = action_chunk_msg(
@@ -462,22 +528,22 @@ class OxygenNode(Node):
             latency_s=latency_s,
             n_action_steps=rt.n_action_steps,
         )  # raises ValueError for NaN/inf actions: no chunk rather than a wrong one
-        self._chunk_pub.publish(chunk)
-        if s.publish_trajectory and self._outputs is not None and s.outputs:
+        port.chunk_pub.publish(chunk)
+        if s.publish_trajectory and port.outputs is not None and s.outputs:
             try:
-                clamped = self._outputs.publish_chunk(result.actions, obs.stamp_ns, latency_s, rt.n_action_steps,
+                clamped = port.outputs.publish_chunk(result.actions, obs.stamp_ns, latency_s, rt.n_action_steps,
                                                       rt.config.time_alignment)  # fmt: skip
             except ChunkTooLate as exc:  # the controller would reject it: say so, send the chunk only
-                self.store.count("chunk_too_late")
-                self._warn("chunk_too_late", f"no controller command this tick: {exc}")
-                rt.forget_chunk()
+                port.store.count("chunk_too_late")
+                self._warn("chunk_too_late", f"{port.label}no controller command this tick: {exc}")
+                rt.forget_chunk(port.key)
             else:
-                self.diag.clamped(clamped)
-        self._last_latency_s = latency_s
+                port.diag.clamped(clamped)
+        port.last_latency_s = latency_s
         now_ns = self._now_ns()
-        self.diag.chunk_published(now_ns, time.perf_counter() - start)
+        port.diag.chunk_published(now_ns, time.perf_counter() - start)
         if obs.stamp_ns > 0:
-            self.topic_stats.record_chunk_latency((now_ns - obs.stamp_ns) / 1e9)
+            port.topic_stats.record_chunk_latency((now_ns - obs.stamp_ns) / 1e9)
 
     def _on_decode(self) -> None:
         fixed = self.runtime.config.tokens_per_frame > 0  # k tokens per frame: one decode call per tick
@@ -492,55 +558,66 @@ class OxygenNode(Node):
             events = self.runtime.decode(deadline=time.monotonic() + max(0.0, slack_s))
             self._publish_events(events)
         except Exception as exc:
-            self._engine_error("text decode", exc)
+            for port in self._ports:
+                self._engine_error(port, "text decode", exc)
         finally:
-            self.diag.engine(self.runtime.stats())
+            stats = self.runtime.stats()
+            for port in self._ports:
+                port.diag.engine(stats)
 
     def _publish_events(self, events: Sequence[Any]) -> None:
-        """Publish TextDelta per event and, on a request's final event, its whole text as String."""
+        """Publish TextDelta per event and, on a request's final event, its whole text as String, each on the
+        topics of the robot whose frame the request was forked from."""
         if not events:
             return
-        self._ask.on_events(events)
+        ports = {p.key: p for p in self._ports}
         now = self._now_ns()
-        tokens = 0
-        for ev in events:
-            tokens += len(ev.token_ids)
-            parts = self._text_parts.setdefault(ev.request_id, [])
-            parts.append(ev.text)
-            full = "".join(self._text_parts.pop(ev.request_id)) if ev.final else None
-            pubs = self._text_pubs.get(ev.task)
-            if pubs is None or not self.settings.publish_text:
+        for key in dict.fromkeys(getattr(ev, "robot", "") for ev in events):
+            port = ports.get(key)
+            if port is None:
                 continue
-            pubs.delta.publish(
-                text_delta_msg(
-                    request_id=ev.request_id, task=ev.task, seq=ev.seq, text=ev.text, token_ids=ev.token_ids,
-                    final=ev.final, finish_reason=ev.finish_reason, stamp=now,
-                    source_stamp=ev.frame_stamp_ns, source_frame_seq=ev.frame_seq,
+            mine = [ev for ev in events if getattr(ev, "robot", "") == key]
+            port.ask.on_events(mine)
+            tokens = 0
+            for ev in mine:
+                tokens += len(ev.token_ids)
+                parts = self._text_parts.setdefault(ev.request_id, [])
+                parts.append(ev.text)
+                full = "".join(self._text_parts.pop(ev.request_id)) if ev.final else None
+                pubs = port.text_pubs.get(ev.task)
+                if pubs is None or not self.settings.publish_text:
+                    continue
+                pubs.delta.publish(
+                    text_delta_msg(
+                        request_id=ev.request_id, task=ev.task, seq=ev.seq, text=ev.text, token_ids=ev.token_ids,
+                        final=ev.final, finish_reason=ev.finish_reason, stamp=now,
+                        source_stamp=ev.frame_stamp_ns, source_frame_seq=ev.frame_seq,
+                    )
                 )
-            )
-            if full is not None:
-                pubs.final.publish(String(data=full))
-        self.diag.tokens(now, tokens)
+                if full is not None:
+                    pubs.final.publish(String(data=full))
+            port.diag.tokens(now, tokens)
 
-    def _skip(self, kind: str, message: str) -> None:
-        self.diag.tick_skipped(f"{kind}: {message}")
-        if kind in STARTUP_KINDS and self._last_chunk_s is None and time.monotonic() < self._grace_until:
-            self.get_logger().info(f"waiting for the first inputs ({message})", once=True)
+    def _skip(self, port: RobotPorts, kind: str, message: str) -> None:
+        port.diag.tick_skipped(f"{kind}: {message}")
+        if kind in STARTUP_KINDS and port.last_chunk_s is None and time.monotonic() < self._grace_until:
+            self.get_logger().info(f"{port.label}waiting for the first inputs ({message})", once=True)
             return
-        self._warn(kind, f"no action chunk this tick: {message}")
+        self._warn(kind, f"{port.label}no action chunk this tick: {message}")
 
-    def _engine_error(self, where: str, exc: BaseException) -> None:
+    def _engine_error(self, port: RobotPorts, where: str, exc: BaseException) -> None:
         message = f"{where} failed: {type(exc).__name__}: {exc}"
-        self.diag.engine_error(message)
-        self._warn("engine_error", message)
+        port.diag.engine_error(message)
+        self._warn("engine_error", port.label + message)
 
     def _on_diagnostics(self) -> None:
         now = self.get_clock().now()
         statuses = []
         if self._ready:
             device = self.runtime.config.device
-            statuses = self.diag.report(now.nanoseconds, self.store.counters(), hardware_id=device)
-            statuses.append(self.topic_stats.status(device))
+            for port in self._ports:
+                statuses += port.diag.report(now.nanoseconds, port.store.counters(), hardware_id=device)
+                statuses.append(port.topic_stats.status(device))
         statuses.append(self._state_status())
         self._diag_pub.publish(diagnostic_array(now.to_msg(), statuses))
 
@@ -570,18 +647,20 @@ class OxygenNode(Node):
             return
         old, new = self.settings, S.node_settings(self._values)
         self.settings = new
-        self.store.max_instruction_chars = new.max_instruction_chars
         self._limits = JointLimits(new.joint_limits_lower, new.joint_limits_upper)
-        if self._outputs is not None:
-            self._outputs.settings = new  # limits may have changed; the outputs themselves are fixed
+        for port in self._ports:
+            port.store.max_instruction_chars = new.max_instruction_chars
+            if port.outputs is not None:
+                port.outputs.settings = new  # limits may have changed; the outputs themselves are fixed
+            port.diag.set_target_rate(self._chunk_rate_hz())  # the control rate or the step period may have changed
         if new.control_rate_hz != old.control_rate_hz:
             if self.active:
                 self._control_timer.timer_period_ns = int(round(new.control_period_s * 1e9))
-        self.diag.set_target_rate(self._chunk_rate_hz())  # the control rate or the step period may have changed
 
     # ------------------------------------------------------------------------------- shutdown
     def destroy_node(self) -> None:
-        self._ask.destroy()
+        for ask in self._asks.values():
+            ask.destroy()
         super().destroy_node()
 
     def finish(self, timeout_s: float = 1.0) -> int:

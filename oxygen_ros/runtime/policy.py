@@ -526,11 +526,11 @@ class PolicyRuntime:
                                          f"{self.model_config.max_prompt_tokens} fit a prompt")
         return tokens
 
-    def question_refusal(self, n_tokens: int, max_tokens: int) -> str | None:
-        """Why a question would be refused now (reads counters only: any thread), or None."""
+    def question_refusal(self, n_tokens: int, max_tokens: int, robot: str = "") -> str | None:
+        """Why a question for ``robot`` would be refused now (reads counters only: any thread), or None."""
         if self.mode == "action_only":
             return "engine_mode action_only decodes no text"
-        return self.engine.question_refusal(n_tokens, max_tokens)
+        return self.engine.question_refusal(n_tokens, max_tokens, robot)
 
     def ask(self, tokens: Sequence[int], max_tokens: int, robot: str = "") -> int:
         """Queue a question for the robot's next frame; returns its request id (raises QuestionRefused)."""
