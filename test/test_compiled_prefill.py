@@ -131,6 +131,28 @@ def test_engine_prefills_through_the_fused_path(fused: dict[str, FusedPrefill]) 
     assert prefiller.fused, prefiller.failure
 
 
+@needs_compiler
+def test_a_fleet_prefills_one_by_one_through_the_fused_path(fused: dict[str, FusedPrefill]) -> None:
+    """The compiled graphs are traced for one prefix: a fleet's frames go through them one at a time."""
+    prefiller = fused["bidirectional"]
+    model = prefiller.model
+    engine = Engine(model, prefiller=prefiller)
+    engine.add_robot("b")
+    frames = {"": make_frame(TINY, 4), "b": make_frame(TINY, 5, prompt_len=11, cameras=(True, True, True))}
+    prefixes, _ = engine.prefill_many(frames)
+    try:
+        for name, frame in frames.items():
+            k, v = engine.kv.pool.view_k(prefixes[name].extent), engine.kv.pool.view_v(prefixes[name].extent)
+            ek, ev = torch.zeros_like(k), torch.zeros_like(v)
+            model.prefill(frame.images, frame.image_mask, frame.prompt_tokens, ek, ev)
+            torch.testing.assert_close(k, ek, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(v, ev, rtol=1e-5, atol=1e-5)
+    finally:
+        for prefix in prefixes.values():
+            engine.kv.release(prefix)
+    assert prefiller.fused, prefiller.failure
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("n_img", [0, 16, 48])
 def test_block_wise_attention_equals_the_dense_mask(mode: str, n_img: int) -> None:

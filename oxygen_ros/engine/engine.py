@@ -5,27 +5,29 @@ advances every live text request by one token in a single batched model call, wh
 came from and however long its context is. Between ticks a policy (``policy.py``) decides how many decode
 steps fit. Nothing here knows about ROS.
 
-Several robots (``add_robot``): ``tick_many`` takes one frame from each robot that is due, prefills each
-once, samples all their action chunks in one batched call (B robots × H actions) and forks each robot's text
-from its own prefix; every robot's text requests advance in the same ``decode_step``. A robot's chunk is the
+Several robots (``add_robot``): ``tick_many`` takes one frame from each robot that is due, prefills them
+all in one batched call (each robot's prefix into its own extent of the pool), samples all their action
+chunks in one batched call (B robots × H actions) and forks each robot's text from its own prefix; every robot's text requests advance in the same ``decode_step``. A robot's chunk is the
 one a one-robot engine gives on the same frame and noise, up to floating-point rounding.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
 from oxygen_ros.kv import KVCacheManager, KVPool, SharedPrefix, TextRequest, commit, plan_step
+from oxygen_ros.model.batched_prefill import PrefixFrame, prefill_batch
 from oxygen_ros.model.compiled import ActionSampler
 from oxygen_ros.model.compiled_prefill import Prefiller
 from oxygen_ros.model.cuda_graphs import GraphedDecoder
 from oxygen_ros.model.rtc import sample_actions_rtc
 from oxygen_ros.model.tokenizer import Tokenizer
-from oxygen_ros.model.vla import Pi05Model
+from oxygen_ros.model.vla import Pi05Model, PrefixOutput
 
 from .lanes import Lane
 from .questions import ASK_TASK, Question, QuestionRefused
@@ -34,6 +36,8 @@ from .text_stream import TextStream
 from .types import ChunkGuide, FrameInput, TextEvent, TextTask, TickResult
 
 DEFAULT_KV_BUDGET_BYTES = 256 * 1024 * 1024
+# ``batched_prefill.prefill_batch``'s signature without the model: frames, key and value destinations.
+BatchPrefiller = Callable[[Sequence[PrefixFrame], Sequence[torch.Tensor], Sequence[torch.Tensor]], list[PrefixOutput]]
 
 
 def _sync(device: torch.device) -> None:
@@ -157,8 +161,7 @@ class Engine:
         """Prefill one observation into the pool; returns the prefix (held by the caller) and seconds.
         ``prefiller`` overrides the engine's."""
         t0 = time.perf_counter()
-        n_img = int(frame.image_mask.sum()) * self.config.tokens_per_image
-        prefix = self.kv.new_prefix(n_img + frame.prompt_tokens.numel(), frame.frame_seq, frame.stamp_ns)
+        prefix = self._new_prefix(frame)
         try:
             pool = self.kv.pool
             out = (prefiller or self.prefiller)(
@@ -171,6 +174,59 @@ class Engine:
             self.kv.release(prefix)
             raise
         return prefix, time.perf_counter() - t0
+
+    def _new_prefix(self, frame: FrameInput) -> SharedPrefix:
+        """Room in the pool for one frame's prefix (its valid images' tokens and its prompt)."""
+        n_img = int(frame.image_mask.sum()) * self.config.tokens_per_image
+        return self.kv.new_prefix(n_img + frame.prompt_tokens.numel(), frame.frame_seq, frame.stamp_ns)
+
+    def _batch_prefiller(self) -> BatchPrefiller | None:
+        """The batched form of the engine's prefiller, or None where it has none.
+
+        The compiled prefiller (``FusedPrefill``) has none: its graphs are traced for one prefix (batch 1,
+        lengths dynamic, attention by the prefix's structure), and a batch would trace new graphs with the batch
+        size and the padding masks as inputs, minutes of compiling at start-up for ``bench`` or on the control
+        path. A fleet's frames go through it one by one, each with the fused kernels."""
+        if self.prefiller == self.model.prefill:
+            return partial(prefill_batch, self.model)
+        return getattr(self.prefiller, "prefill_batch", None)
+
+    def prefill_many(self, frames: Mapping[str, FrameInput], exact: bool = False
+                     ) -> tuple[dict[str, SharedPrefix], dict[str, float]]:
+        """Prefill several robots' frames (by robot name) into their own extents of the pool, in one batched
+        model call: the prefixes right-padded to the longest, each robot's padding hidden from every query, so
+        each robot's KV equals its own :meth:`prefill` up to float rounding.
+
+        Returns each robot's prefix (held by the caller) and seconds: the batched call's time, the same for all.
+        One frame, ``exact`` (bit for bit the one-robot prefill) or a prefiller without a batched form: each
+        frame by :meth:`prefill`, each robot its own time. On any failure no prefix stays allocated."""
+        for name in frames:
+            self.robot(name)  # unknown names fail before anything is allocated
+        batch = None if exact or len(frames) < 2 else self._batch_prefiller()
+        prefixes: dict[str, SharedPrefix] = {}
+        seconds: dict[str, float] = {}
+        try:
+            if batch is None:
+                for name, frame in frames.items():
+                    prefixes[name], seconds[name] = self.prefill(frame, name)
+                return prefixes, seconds
+            t0 = time.perf_counter()
+            for name, frame in frames.items():
+                prefixes[name] = self._new_prefix(frame)
+            pool = self.kv.pool
+            outs = batch([(f.images, f.image_mask, f.prompt_tokens) for f in frames.values()],
+                         [pool.view_k(p.extent) for p in prefixes.values()],
+                         [pool.view_v(p.extent) for p in prefixes.values()])
+            for (name, prefix), out in zip(prefixes.items(), outs):
+                assert out.length == prefix.length
+                self.robot(name).prefix_tokens = prefix.length
+            _sync(self.model.device)
+        except BaseException:
+            for prefix in prefixes.values():
+                self.kv.release(prefix)
+            raise
+        elapsed = time.perf_counter() - t0
+        return prefixes, {name: elapsed for name in prefixes}
 
     def act(
         self, prefix: SharedPrefix, noise: torch.Tensor | None = None, guide: ChunkGuide | None = None,
@@ -299,26 +355,29 @@ class Engine:
     def tick_many(self, frames: Mapping[str, FrameInput], noise: Mapping[str, torch.Tensor] | None = None,
                   tasks: Sequence[TextTask] | None = None, exact: bool = False) -> dict[str, TickResult]:
         """One tick of several robots: ``frames`` by robot name (the robots due and with fresh inputs; the
-        others are simply absent). Each frame is prefilled once into the shared pool; all chunks are sampled
-        in one batched call (each robot's own noise, or ``noise[name]``); then each robot's due text forks from
-        its own prefix. A frame with a chunk guide (real-time chunking) is sampled on its own.
+        others are simply absent, and untouched). All frames are prefilled in one batched call, each into its
+        own extent of the shared pool (:meth:`prefill_many`); all chunks are sampled in one batched call (each
+        robot's own noise, or ``noise[name]``); then each robot's due text forks from its own prefix. A frame
+        with a chunk guide (real-time chunking) is sampled on its own.
 
         ``exact``: every chunk bit for bit what a one-robot engine gives (a closed loop then takes the same
-        path; padding a shorter prefix changes the rounding of its attention). Only prefixes of equal length
-        share a call then, and only on the eager network (a compiled network's code depends on the batch).
+        path; padding a shorter prefix changes the rounding of its attention). Each frame is prefilled on its
+        own then, and only prefixes of equal length share a chunk call, and only on the eager network (a
+        compiled network's code depends on the batch).
 
-        Returns each robot's TickResult (``prefill_s`` its own prefill, ``action_s`` the batched call's time).
+        Returns each robot's TickResult: ``prefill_s`` the batched prefill call's time (each robot's own
+        prefill where they run one by one: ``exact``, one frame, the compiled prefiller), ``action_s`` the
+        batched chunk call's time.
         """
         names = list(frames)
         for name in names:
             self.robot(name)  # unknown names fail before anything is allocated
         due = {n: self.due_tasks(n) if tasks is None else list(tasks) for n in names}
-        prefixes: dict[str, SharedPrefix] = {}
+        t0 = time.perf_counter()
+        prefixes, prefill_s = self.prefill_many({n: frames[n] for n in names}, exact)
+        prefill_total = time.perf_counter() - t0
         results: dict[str, TickResult] = {}
         try:
-            prefill_s = {}
-            for name in names:
-                prefixes[name], prefill_s[name] = self.prefill(frames[name], name)
             noises = {n: noise[n] if noise and n in noise else self.sample_noise(n) for n in names}
             actions: dict[str, torch.Tensor] = {}
             action_s: dict[str, float] = {}
@@ -344,7 +403,7 @@ class Engine:
             for prefix in prefixes.values():
                 self.kv.release(prefix)  # text requests hold their own references
         if results:
-            self._last["prefill"] = sum(r.prefill_s for r in results.values())
+            self._last["prefill"] = prefill_total
             self._last["action"] = max(r.action_s for r in results.values())
         return results
 

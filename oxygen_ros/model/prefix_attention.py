@@ -6,11 +6,16 @@ everything (``bidirectional``, openpi). So the image block needs no mask at all 
 need one: one fused-attention call per block instead of one over a [T, T] mask. With one KV head (pi0.5)
 the query heads fold into rows of a single head, so the kernel sees no grouped-query broadcast either
 (measured on a CPU, ``python -m oxygen_ros.bench.prefix_attention``: see docs/performance.md).
+
+A batch of prefixes of different lengths (``ragged_masks``, ``ragged_prefix_attention``: several robots'
+frames in one prefill) keeps that structure where the batch shares it and adds each row's padding mask.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -20,8 +25,8 @@ from .layers import _fold_heads, _unfold_heads
 
 
 def folded_sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
-    """q [B, S, H, D]; k, v [B, T, Hkv, D]; mask [S·G, T] bool in the folded row order (token, head) or None
-    → [B, S, H·D]."""
+    """q [B, S, H, D]; k, v [B, T, Hkv, D]; mask [S·G, T] bool in the folded row order (token, head), one per
+    batch row [B, 1, S·G or 1, T], or None → [B, S, H·D]."""
     s, hkv, d = q.shape[1], k.shape[2], q.shape[3]
     out = F.scaled_dot_product_attention(
         _fold_heads(q, hkv), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=1.0 / math.sqrt(d)
@@ -55,3 +60,43 @@ def prefix_attention(q: Tensor, k: Tensor, v: Tensor, text_mask: Tensor | None) 
 def last_token_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """The prefix's last token (a prompt token: it sees the whole prefix in both modes). q [B, 1, H, D]."""
     return folded_sdpa(q, k, v)
+
+
+@dataclass(frozen=True)
+class RaggedMasks:
+    """Which keys each query of a right-padded batch of prefixes may see (``ragged_masks``)."""
+
+    image_rows: int  # leading rows that are image tokens in every prefix: attended with no mask (0: none)
+    rows: Tensor  # [B, 1, S·G, T] or [B, 1, 1, T] bool for the other S = T - image_rows rows (folded: token, head)
+    keys: Tensor  # [B, 1, 1, T] bool: each prefix's own slots (what its last token sees)
+
+
+def ragged_masks(n_img: Sequence[int], lengths: Sequence[int], causal_text: bool, group: int,
+                 device: torch.device) -> RaggedMasks:
+    """Masks for B prefixes of ``n_img[b]`` image tokens then a prompt, ``lengths[b]`` tokens in all, right-padded
+    to the longest. Every row's padding is hidden as keys from every query; padded query rows see their row's
+    own slots (their outputs are never read, but stay finite). ``bidirectional``: that is all. ``causal_text``:
+    image tokens see their images, prompt token i the images and the prompt ≤ i, as ``prefix_attention``.
+    Where every prefix has the same image count the image rows need no mask, as in one prefix alone."""
+    b, t = len(lengths), max(lengths)
+    key = torch.arange(t, device=device).view(1, 1, t)
+    valid = key < torch.tensor(lengths, device=device).view(b, 1, 1)  # [B, 1, T]
+    keys = valid.unsqueeze(1)
+    if not causal_text:
+        return RaggedMasks(0, keys, keys)
+    common = n_img[0] if len(set(n_img)) == 1 else 0
+    query = torch.arange(common, t, device=device).view(1, -1, 1)
+    images = torch.tensor(n_img, device=device).view(b, 1, 1)
+    sees = valid & ((key < images) | ((query >= images) & (key <= query)))  # [B, S, T]
+    s = t - common
+    rows = sees.unsqueeze(2).expand(b, s, group, t).reshape(b, 1, s * group, t)
+    return RaggedMasks(common, rows, keys)
+
+
+def ragged_prefix_attention(q: Tensor, k: Tensor, v: Tensor, masks: RaggedMasks) -> Tensor:
+    """``prefix_attention`` over a right-padded batch of prefixes: q [B, T, H, D]; k, v [B, T, Hkv, D]."""
+    n = masks.image_rows
+    rest = folded_sdpa(q[:, n:], k, v, masks.rows)
+    if not n:
+        return rest
+    return torch.cat((folded_sdpa(q[:, :n], k[:, :n], v[:, :n]), rest), dim=1)
