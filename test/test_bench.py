@@ -110,6 +110,7 @@ def test_robots_compares_one_engine_with_separate_processes(tmp_path: Path) -> N
             row = result["rows"][n][way][0]
             assert row["chunks_per_s"] > 0 and row["tokens_per_s"] > 0 and row["peak_mem_bytes"] > 0
     assert result["rows"]["2"]["separate"][0]["threads_each"] == 1
-    assert set(result["parts"]) == {"P", "A", "D"} and set(result["parts"]["A"]) == {"1", "2"}
-    assert "fleet/separate chunks/s" in proc.stdout and "A(B)" in proc.stdout
+    assert set(result["parts"]) == {"P", "P1", "A", "D", "prefill"} and set(result["parts"]["A"]) == {"1", "2"}
+    assert result["parts"]["prefill"] == "batched"  # the eager prefill: B frames in one call
+    assert "fleet/separate chunks/s" in proc.stdout and "A(B)" in proc.stdout and "P1(B)" in proc.stdout
     assert result["command"].startswith("oxygen-bench ") and str(tmp_path) not in (tmp_path / "fleet.txt").read_text()

@@ -58,10 +58,13 @@ def _command(argv: list[str], out: Path) -> str:
 def _fleet(args: argparse.Namespace, workload: Workload, machine: dict, argv: list[str] | None) -> int:
     """``--robots``: one engine serving N robots against N separate processes (``bench/fleet.py``)."""
     args.k = 1
-    args.frames = args.frames or 1000
+    # --quick: one short round and 3 rounds of the parts (a check that it runs, not a measurement)
+    args.frames = args.frames or (3 if args.quick else 1000)
+    args.seconds = args.seconds or (2.0 if args.quick else 20.0)
+    args.repeats = args.repeats or (1 if args.quick else 3)
     header = (f"oxygen-bench --robots {args.robots}: preset {args.preset}, {args.device}, {workload.dtype}, "
               f"H={args.horizon}, {args.denoise_steps} denoising steps, text {args.decode_len} tokens per robot per "
-              f"frame, 1 decode step per tick, actions {args.actions}, {args.seconds:.0f} s per run, "
+              f"frame, 1 decode step per tick, actions {args.actions}, prefill {args.prefill}, {args.seconds:.0f} s per run, "
               f"{args.repeats} rounds (medians)\nmachine: {describe(machine)}")
     print(header, file=sys.stderr, flush=True)
     result = fleet.run(args, workload)
@@ -84,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="oxygen-bench",
         description="OxyGen vs sequential / parallel / shared-KV-only / action-only on one model, side by side.",
     )
-    parser.add_argument("--quick", action="store_true", help="reduced sweep: N in {5, 30}, k = 1, fewer frames")
+    parser.add_argument("--quick", action="store_true", help="reduced sweep: N in {5, 30}, k = 1, fewer frames; with --robots one 2 s round and 3 rounds of the parts")
     parser.add_argument("--preset", default="bench", help="model preset (default: bench, shaped like pi0.5)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu or cuda[:N]")
     parser.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto",
@@ -92,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lengths", type=int, nargs="+", help="decode lengths N (default 5 10 20 30)")
     parser.add_argument("--tokens-per-frame", type=int, nargs="+", dest="ks", help="oxygen's k values (default 1 5)")
     parser.add_argument("--modes", nargs="+", default=["action_only", "sequential", "parallel", "shared", "oxygen"])
-    parser.add_argument("--frames", type=int, help="measured frames per point (default 12, quick 6)")
+    parser.add_argument("--frames", type=int, help="measured frames per point (default 12, quick 6; --robots: at most per run, default 1000, quick 3)")
     parser.add_argument("--horizon", type=int, default=10)
     parser.add_argument("--denoise-steps", type=int, default=10)
     parser.add_argument("--threads", type=int, default=0, help="torch threads per worker (default: torch's choice)")

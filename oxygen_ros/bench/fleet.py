@@ -3,14 +3,15 @@
 Every robot runs the same workload: a frame every tick (prefill, action chunk, a ``language`` request of
 ``decode_len`` tokens) and ``k`` batched decode steps after it. Two ways to serve N robots on one machine:
 
-* fleet: one process, one model copy, one engine; each tick all N robots' chunks in one batched call and all
-  their text in the same decode steps (``Engine.tick_many``);
+* fleet: one process, one model copy, one engine; each tick all N robots' frames prefilled in one batched call
+  (eager prefill), all their chunks in one batched call and all their text in the same decode steps (``Engine.tick_many``);
 * separate: N processes started together, each its own model copy and a one-robot engine, the machine's
   threads split between them. They wait for one another at a barrier, then run for the same wall time.
 
 Per N: aggregate chunks/s and tokens/s, per-robot action Hz, peak memory (sum over the processes), taken in
 rounds that alternate the two so a slow spell of a shared machine falls on both; the medians are reported.
-The parts P (B prefills), A(B) (one batched chunk) and D(B) (one decode step with B robots' requests) are
+The parts P(B) (the prefill of B frames as the engine runs it: one batched call with the eager prefill), P1(B)
+(B one-robot prefills), A(B) (one batched chunk) and D(B) (one decode step with B robots' requests) are
 measured at each B in one process, so the gain on other hardware can be projected from their scaling.
 """
 
@@ -149,11 +150,14 @@ def run_separate(workload: Workload, n: int, threads: int, args: argparse.Namesp
 
 
 def measure_parts(workload: Workload, batches: list[int], decode_len: int, rounds: int) -> dict:
-    """P(B): B prefills; A(B): one batched chunk over B prefixes; D(B): one decode step with one live request
-    per robot of B. Medians over ``rounds``, the batch sizes interleaved within each round."""
+    """P(B): the prefill of B robots' frames as ``tick_many`` runs it (``Engine.prefill_many``: one batched
+    call, or one by one where the prefiller has no batched form); P1(B): B one-robot prefills one after the
+    other (what P was before the batched prefill); A(B): one batched chunk over B prefixes; D(B): one decode
+    step with one live request per robot of B. Medians over ``rounds``, the batch sizes interleaved within each
+    round."""
     loop = FleetLoop(workload, max(batches), decode_len, 1)
     engine, cfg = loop.engine, loop.model.config
-    times: dict[str, dict[int, list[float]]] = {p: {b: [] for b in batches} for p in ("P", "A", "D")}
+    times: dict[str, dict[int, list[float]]] = {p: {b: [] for b in batches} for p in ("P", "P1", "A", "D")}
     decoders = {}
     for b in batches:  # B robots, each with one request that outlasts every round
         dec = FleetLoop(workload, b, rounds + 4, 1, loop.runtime, loop.model)
@@ -162,9 +166,13 @@ def measure_parts(workload: Workload, batches: list[int], decode_len: int, round
         decoders[b] = dec.engine
     for r in range(rounds + 1):  # the first round warms up (first calls at each batch size)
         for b in batches:
-            names = loop.names[:b]
+            frames = {n: loop.frames[i % len(loop.frames)] for i, n in enumerate(loop.names[:b])}
             t0 = time.perf_counter()
-            prefixes = [engine.prefill(loop.frames[i % len(loop.frames)], n)[0] for i, n in enumerate(names)]
+            for prefix in [engine.prefill(frame, n)[0] for n, frame in frames.items()]:
+                engine.kv.release(prefix)
+            p1 = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            prefixes = list(engine.prefill_many(frames)[0].values())
             p = time.perf_counter() - t0
             noise = torch.stack([workload.noise(cfg, i) for i in range(b)])
             _, a = engine.act_batch(prefixes, noise)
@@ -174,9 +182,10 @@ def measure_parts(workload: Workload, batches: list[int], decode_len: int, round
             decoders[b].decode_step()
             d = time.perf_counter() - t0
             if r:
-                for part, value in (("P", p), ("A", a), ("D", d)):
+                for part, value in (("P", p), ("P1", p1), ("A", a), ("D", d)):
                     times[part][b].append(value)
-    return {part: {str(b): statistics.median(v) for b, v in by_b.items()} for part, by_b in times.items()}
+    medians = {part: {str(b): statistics.median(v) for b, v in by_b.items()} for part, by_b in times.items()}
+    return medians | {"prefill": "batched" if engine.batches_prefill else "one by one"}
 
 
 def run(args: argparse.Namespace, workload: Workload) -> dict:
@@ -226,20 +235,23 @@ def format_table(result: dict, horizon: int, header: str) -> str:
         ratios.append(f"{n} robots: fleet/separate chunks/s {_median(f, 'chunks_per_s') / _median(s, 'chunks_per_s'):.2f}x, "
                       f"tokens/s {_median(f, 'tokens_per_s') / max(_median(s, 'tokens_per_s'), 1e-9):.2f}x, "
                       f"peak memory {_median(f, 'peak_mem_bytes') / _median(s, 'peak_mem_bytes'):.2f}x")
-    lines += ["", *ratios, "", "parts (median ms; P = B prefills, A = one batched chunk, D = one decode step):",
-              f"{'B':>3} | {'P(B)':>8} | {'P/B':>7} | {'A(B)':>7} | {'A/B':>6} | {'D(B)':>6}"]
     parts = result["parts"]
+    how = {"batched": "one batched call", "one by one": "one by one: this prefill has no batched form"}
+    lines += ["", *ratios, "", f"parts (median ms; P = the prefill of B frames ({how[parts['prefill']]}), "
+              "P1 = B one-robot prefills, A = one batched chunk, D = one decode step):",
+              f"{'B':>3} | {'P(B)':>8} | {'P/B':>7} | {'P1(B)':>8} | {'P/P1':>5} | {'A(B)':>7} | {'A/B':>6} | {'D(B)':>6}"]
     for b in result["robots"]:
-        p, a, d = (1e3 * parts[x][str(b)] for x in ("P", "A", "D"))
-        lines.append(f"{b:>3} | {p:>8.1f} | {p / b:>7.1f} | {a:>7.1f} | {a / b:>6.1f} | {d:>6.1f}")
+        p, p1, a, d = (1e3 * parts[x][str(b)] for x in ("P", "P1", "A", "D"))
+        lines.append(f"{b:>3} | {p:>8.1f} | {p / b:>7.1f} | {p1:>8.1f} | {p / p1:>5.2f} | {a:>7.1f} | {a / b:>6.1f} | "
+                     f"{d:>6.1f}")
     return "\n".join(lines)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--robots", help="fleet comparison: robot counts, e.g. 1,2,4,8 (one engine vs N processes)")
     parser.add_argument("--decode-len", type=int, default=10, help="--robots: tokens of each robot's text per frame")
-    parser.add_argument("--seconds", type=float, default=20.0, help="--robots: measured wall time per run")
-    parser.add_argument("--repeats", type=int, default=3, help="--robots: rounds (medians reported)")
+    parser.add_argument("--seconds", type=float, help="--robots: measured wall time per run (default 20, quick 2)")
+    parser.add_argument("--repeats", type=int, help="--robots: rounds (medians reported; default 3, quick 1)")
 
 
 def main(argv: list[str] | None = None) -> int:

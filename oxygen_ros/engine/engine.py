@@ -191,6 +191,11 @@ class Engine:
             return partial(prefill_batch, self.model)
         return getattr(self.prefiller, "prefill_batch", None)
 
+    @property
+    def batches_prefill(self) -> bool:
+        """Whether :meth:`tick_many` prefills several frames in one call (the eager prefiller), not one by one."""
+        return self._batch_prefiller() is not None
+
     def prefill_many(self, frames: Mapping[str, FrameInput], exact: bool = False
                      ) -> tuple[dict[str, SharedPrefix], dict[str, float]]:
         """Prefill several robots' frames (by robot name) into their own extents of the pool, in one batched
