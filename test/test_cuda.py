@@ -1,5 +1,5 @@
 """Conformance on CUDA (skipped without a GPU; scripts/gpu_check.sh runs it): the model on the GPU gives the
-CPU's KV, actions (plain and RTC-guided) and greedy text, also from CUDA graphs and through the engine with
+CPU's KV (one prefix, and several in one batched prefill), actions (plain and RTC-guided) and greedy text, also from CUDA graphs and through the engine with
 lanes (streams)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import torch
 from engine_fixtures import decode_alone, make_frame, tiny_model
 from oxygen_ros.engine import Engine, TextTask, make_runner
 from oxygen_ros.engine.engine import EngineLanes
+from oxygen_ros.model.batched_prefill import prefill_batch
 from oxygen_ros.model.compiled import make_action_sampler
 from oxygen_ros.model.compiled_prefill import FusedPrefill
 from oxygen_ros.model.rtc import prefix_weights, sample_actions_rtc
@@ -62,6 +63,26 @@ def test_fused_prefill_on_cuda_matches_the_eager_one(prefix_attention: str) -> N
         torch.testing.assert_close(v[0], v[1], rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(got.last_hidden, want.last_hidden, rtol=1e-4, atol=1e-4)
     assert fused.fused, fused.failure
+
+
+@pytest.mark.parametrize("prefix_attention", ["causal_text", "bidirectional"])
+def test_batched_prefill_on_cuda_matches_the_cpu(prefix_attention: str) -> None:
+    """Three robots' ragged prefixes in one batched prefill on the GPU: each one's KV as on the CPU alone."""
+    cpu = tiny_model(seed=15, prefix_attention=prefix_attention)
+    gpu = tiny_model(seed=15, prefix_attention=prefix_attention).cuda()
+    cameras = ((True, False, True), (True, True, True), (False, True, False))
+    frames = [make_frame(cpu.config, 10 * i, 4 + 5 * i, cameras[i]) for i in range(3)]
+    b = cpu.config.backbone
+    k = torch.zeros(3, b.depth, 200, b.num_kv_heads, b.head_dim, device="cuda")
+    v = torch.zeros_like(k)
+    outs = prefill_batch(gpu, [(f.images, f.image_mask, f.prompt_tokens) for f in frames], list(k), list(v))
+    for i, (frame, out) in enumerate(zip(frames, outs)):
+        kc, vc = torch.zeros_like(k[i], device="cpu"), torch.zeros_like(v[i], device="cpu")
+        want = cpu.prefill(frame.images, frame.image_mask, frame.prompt_tokens, kc, vc)
+        assert out.length == want.length
+        torch.testing.assert_close(k[i].cpu(), kc, rtol=1e-3, atol=1e-4)
+        torch.testing.assert_close(v[i].cpu(), vc, rtol=1e-3, atol=1e-4)
+        torch.testing.assert_close(out.last_hidden.cpu(), want.last_hidden, rtol=1e-3, atol=1e-4)
 
 
 def _streams(engine: Engine, frames) -> dict[int, list[int]]:  # noqa: ANN001
