@@ -148,3 +148,43 @@ def test_kv_is_released_when_the_batched_prefill_fails() -> None:
         assert all(engine.robot(n).ticks == 0 for n in ROBOTS)
     results = engine.tick_many(frames)  # every robot's reserve is free again
     assert set(results) == set(ROBOTS) and engine.kv.stats().live_prefixes == 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_with_lanes_the_prefill_runs_in_two_halves_and_a_decode_step_beside_the_chunks(mode: str) -> None:
+    """Lanes split the batched prefill over two one-thread workers (each robot's KV as its own prefill) and run
+    one decode step beside the chunks: every robot's tokens are those of the engine without lanes."""
+    from oxygen_ros.engine.engine import EngineLanes
+
+    model = model_with_norms(mode, seed=14)
+    task = TextTask("language", continuation=(11, 12), max_tokens=6)
+    lanes = EngineLanes("cpu")
+    try:
+        laned, plain = fleet(model, [task], ignore_eos=True, lanes=lanes), fleet(model, [task], ignore_eos=True)
+        frames = frames_of(model, CAMERA_SETS["ragged"])
+        prefixes, _ = laned.prefill_many(frames)
+        try:
+            for name, frame in frames.items():
+                k, v, _ = alone_kv(model, frame)
+                torch.testing.assert_close(laned.kv.pool.view_k(prefixes[name].extent), k, rtol=1e-5, atol=1e-5)
+                torch.testing.assert_close(laned.kv.pool.view_v(prefixes[name].extent), v, rtol=1e-5, atol=1e-5)
+        finally:
+            for prefix in prefixes.values():
+                laned.kv.release(prefix)
+        tokens: dict[str, dict[int, list[int]]] = {"laned": {}, "plain": {}}
+        for seq in range(3):
+            frames = frames_of(model, CAMERA_SETS["ragged"], seq)
+            noise = {n: torch.randn(model.config.action_horizon, model.config.action_dim) for n in ROBOTS}
+            side = [e for r in laned.tick_many(frames, noise, decode_during_action=True).values() for e in r.events]
+            assert bool(side) == (seq > 0)  # a step runs beside the chunks once requests are live
+            events = {"laned": side + laned.decode_step(), "plain": plain.tick_many(frames, noise) and
+                      plain.decode_step() + plain.decode_step()}
+            for way, evs in events.items():
+                for e in evs:
+                    tokens[way].setdefault(e.request_id, []).extend(e.token_ids)
+        for way, engine in (("laned", laned), ("plain", plain)):  # decode every request to its end
+            for e in engine.drain():
+                tokens[way].setdefault(e.request_id, []).extend(e.token_ids)
+        assert tokens["laned"] == tokens["plain"] and all(len(t) == 6 for t in tokens["laned"].values())
+    finally:
+        lanes.close()

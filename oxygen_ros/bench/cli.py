@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)  # so the record shows what the workers use
     machine = machine_info(args.device, 1 if args.lanes else None)
     if args.robots:
-        return _fleet(args, replace(workload, lanes=False), machine, argv)
+        return _fleet(args, workload, machine, argv)  # lanes where a process has two threads (bench/fleet.py)
 
     header = (
         f"oxygen-bench: preset {args.preset}, {args.device}, {dtype}, H={args.horizon}, "

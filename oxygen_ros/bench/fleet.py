@@ -5,8 +5,11 @@ Every robot runs the same workload: a frame every tick (prefill, action chunk, a
 
 * fleet: one process, one model copy, one engine; each tick all N robots' frames prefilled in one batched call
   (eager prefill), all their chunks in one batched call and all their text in the same decode steps (``Engine.tick_many``);
+  with two or more threads it uses lanes: the batched prefill in two halves on two one-thread workers, and one
+  of the k decode steps beside the chunks;
 * separate: N processes started together, each its own model copy and a one-robot engine, the machine's
-  threads split between them. They wait for one another at a barrier, then run for the same wall time.
+  threads split between them (lanes where a process gets two threads). They wait for one another at a barrier,
+  then run for the same wall time.
 
 Per N: aggregate chunks/s and tokens/s, per-robot action Hz, peak memory (sum over the processes), taken in
 rounds that alternate the two so a slow spell of a shared machine falls on both; the medians are reported.
@@ -25,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -60,7 +63,9 @@ class FleetLoop:
         for name in self.names[1:]:
             self.engine.add_robot(name)
         self.frames = workload.frames(self.model.config)
-        self.decoder = FixedTokensPolicy(k)
+        # With lanes one of the k decode steps runs beside the chunks (tick_many's decode_during_action).
+        self.overlap = self.engine.lanes is not None
+        self.decoder = FixedTokensPolicy(k - 1 if self.overlap else k)
         self.index = 0
 
     def tick(self) -> tuple[int, int]:
@@ -69,8 +74,8 @@ class FleetLoop:
         frames = {n: self.frames[(self.index + i) % len(self.frames)] for i, n in enumerate(self.names)}
         noise = {n: self.workload.noise(cfg, self.index * len(self.names) + i) for i, n in enumerate(self.names)}
         self.index += 1
-        results = self.engine.tick_many(frames, noise)
-        events = self.decoder.run(self.engine)
+        results = self.engine.tick_many(frames, noise, decode_during_action=self.overlap)
+        events = [e for r in results.values() for e in r.events] + self.decoder.run(self.engine)
         return len(results), sum(len(e.token_ids) for e in events)
 
 
@@ -195,13 +200,20 @@ def run(args: argparse.Namespace, workload: Workload) -> dict:
     for rep in range(args.repeats):
         for n in robots:
             _progress(f"[round {rep + 1}/{args.repeats}] {n} robot(s): one engine ...")
-            rows[n]["fleet"].append(run_fleet(workload, n, args.threads or cores, args))
-            split = max(1, (args.threads or cores) // n)
+            threads = args.threads or cores
+            rows[n]["fleet"].append(run_fleet(_with_lanes(workload, threads), n, threads, args))
+            split = max(1, threads // n)
             _progress(f"[round {rep + 1}/{args.repeats}] {n} robot(s): {n} separate processes, {split} thread(s) each ...")
-            rows[n]["separate"].append(run_separate(workload, n, split, args) | {"threads_each": split})
+            rows[n]["separate"].append(run_separate(_with_lanes(workload, split), n, split, args) | {"threads_each": split})
     _progress("parts P, A, D at each batch size ...")
-    parts = _run_parts(workload, robots, args)
+    parts = _run_parts(_with_lanes(workload, args.threads or cores), robots, args)
     return {"robots": robots, "rows": {str(n): v for n, v in rows.items()}, "parts": parts}
+
+
+def _with_lanes(workload: Workload, threads: int) -> Workload:
+    """Lanes (two one-thread workers: the fleet prefill in two halves, a decode step beside the chunks) for a
+    process that has at least two threads and a workload that allows them; none for a one-thread process."""
+    return replace(workload, lanes=workload.lanes and threads >= 2)
 
 
 def _run_parts(workload: Workload, robots: list[int], args: argparse.Namespace) -> dict:

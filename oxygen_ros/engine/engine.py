@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
+from typing import TypeVar
 
 import torch
 
@@ -36,6 +38,7 @@ from .text_stream import TextStream
 from .types import ChunkGuide, FrameInput, TextEvent, TextTask, TickResult
 
 DEFAULT_KV_BUDGET_BYTES = 256 * 1024 * 1024
+T = TypeVar("T")
 # ``batched_prefill.prefill_batch``'s signature without the model: frames, key and value destinations.
 BatchPrefiller = Callable[[Sequence[PrefixFrame], Sequence[torch.Tensor], Sequence[torch.Tensor]], list[PrefixOutput]]
 
@@ -196,6 +199,24 @@ class Engine:
         """Whether :meth:`tick_many` prefills several frames in one call (the eager prefiller), not one by one."""
         return self._batch_prefiller() is not None
 
+    def _split_over_lanes(self, names: list[str], run: Callable[[list[str]], T]) -> list[tuple[list[str], Future[T]]]:
+        """``run`` over ``names``: on a CPU engine with lanes, two halves at once, one on each lane (one torch thread
+        each); otherwise all of them in the caller's thread.
+
+        Two single-thread calls side by side use two cores better than one call with two threads (measured: the
+        prefill gains about 1.3-1.4x from a second intra-op thread, two lanes about 2x). The halves write disjoint
+        extents of the pool. Returns (names, future) pairs; every future is done when this returns."""
+        if self.lanes is None or self.model.device.type != "cpu" or len(names) < 2:
+            done: Future[T] = Future()
+            done.set_result(run(names))
+            return [(names, done)]
+        half = (len(names) + 1) // 2
+        parts = [(names[:half], self.lanes.action.submit(run, names[:half])),
+                 (names[half:], self.lanes.decode.submit(run, names[half:]))]
+        for _, future in parts:
+            future.exception()  # wait for both before any result is read (or a failure raised)
+        return parts
+
     def prefill_many(self, frames: Mapping[str, FrameInput], exact: bool = False
                      ) -> tuple[dict[str, SharedPrefix], dict[str, float]]:
         """Prefill several robots' frames (by robot name) into their own extents of the pool, in one batched
@@ -219,11 +240,14 @@ class Engine:
             for name, frame in frames.items():
                 prefixes[name] = self._new_prefix(frame)
             pool = self.kv.pool
-            outs = batch([(f.images, f.image_mask, f.prompt_tokens) for f in frames.values()],
-                         [pool.view_k(p.extent) for p in prefixes.values()],
-                         [pool.view_v(p.extent) for p in prefixes.values()])
-            for (name, prefix), out in zip(prefixes.items(), outs):
-                assert out.length == prefix.length
+            names = list(frames)
+            outs = {}
+            for group, future in self._split_over_lanes(names, lambda group: batch(
+                    [(frames[n].images, frames[n].image_mask, frames[n].prompt_tokens) for n in group],
+                    [pool.view_k(prefixes[n].extent) for n in group], [pool.view_v(prefixes[n].extent) for n in group])):
+                outs.update(zip(group, future.result()))
+            for name, prefix in prefixes.items():
+                assert outs[name].length == prefix.length
                 self.robot(name).prefix_tokens = prefix.length
             _sync(self.model.device)
         except BaseException:
@@ -358,7 +382,8 @@ class Engine:
         return out
 
     def tick_many(self, frames: Mapping[str, FrameInput], noise: Mapping[str, torch.Tensor] | None = None,
-                  tasks: Sequence[TextTask] | None = None, exact: bool = False) -> dict[str, TickResult]:
+                  tasks: Sequence[TextTask] | None = None, exact: bool = False,
+                  decode_during_action: bool = False) -> dict[str, TickResult]:
         """One tick of several robots: ``frames`` by robot name (the robots due and with fresh inputs; the
         others are simply absent, and untouched). All frames are prefilled in one batched call, each into its
         own extent of the shared pool (:meth:`prefill_many`); all chunks are sampled in one batched call (each
@@ -369,6 +394,11 @@ class Engine:
         path; padding a shorter prefix changes the rounding of its attention). Each frame is prefilled on its
         own then, and only prefixes of equal length share a chunk call, and only on the eager network (a
         compiled network's code depends on the batch).
+
+        With lanes on a CPU the batched prefill runs as two halves, one on each lane (``_split_over_lanes``);
+        ``decode_during_action`` (needs ``lanes``): one batched decode step of the requests already live runs on
+        the decode lane while the chunks are sampled, as in :meth:`tick`; its events (every robot's) are in the
+        first robot's ``events``.
 
         Returns each robot's TickResult: ``prefill_s`` the batched prefill call's time (each robot's own
         prefill where they run one by one: ``exact``, one frame, the compiled prefiller), ``action_s`` the
@@ -382,17 +412,24 @@ class Engine:
         prefixes, prefill_s = self.prefill_many({n: frames[n] for n in names}, exact)
         prefill_total = time.perf_counter() - t0
         results: dict[str, TickResult] = {}
+        events: list[TextEvent] = []
         try:
             noises = {n: noise[n] if noise and n in noise else self.sample_noise(n) for n in names}
             actions: dict[str, torch.Tensor] = {}
             action_s: dict[str, float] = {}
-            for group in self._action_groups([n for n in names if frames[n].guide is None], prefixes, exact):
-                batch, seconds = self.act_batch([prefixes[n] for n in group], torch.stack([noises[n] for n in group]))
-                for i, n in enumerate(group):
-                    actions[n], action_s[n] = batch[i], seconds
-            for n in names:
-                if n not in actions:
-                    actions[n], action_s[n] = self.act(prefixes[n], noises[n], frames[n].guide)
+            side = None
+            if decode_during_action and self.lanes is not None and self.kv.running():
+                side = self.lanes.decode.submit(self.decode_step)
+            try:
+                for group in self._action_groups([n for n in names if frames[n].guide is None], prefixes, exact):
+                    batch, seconds = self.act_batch([prefixes[n] for n in group], torch.stack([noises[n] for n in group]))
+                    for i, n in enumerate(group):
+                        actions[n], action_s[n] = batch[i], seconds
+                for n in names:
+                    if n not in actions:
+                        actions[n], action_s[n] = self.act(prefixes[n], noises[n], frames[n].guide)
+            finally:
+                events = side.result() if side is not None else []  # the KV manager is touched by one thread at a time
             for n in names:
                 slot = self._robots[n]
                 slot.ticks += 1
@@ -404,6 +441,9 @@ class Engine:
                 out.actions, out.prefill_s, out.action_s = actions[n].cpu().numpy(), prefill_s[n], action_s[n]
                 out.prefix_tokens = prefixes[n].length
                 results[n] = out
+            if events:  # the overlapped decode step's events, every robot's, on the first result
+                first = results[names[0]]
+                first.events = [*events, *first.events]
         finally:
             for prefix in prefixes.values():
                 self.kv.release(prefix)  # text requests hold their own references

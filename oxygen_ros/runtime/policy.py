@@ -456,7 +456,8 @@ class PolicyRuntime:
                   latency_s: Mapping[str, float] | float = 0.0, exact: bool = False) -> dict[str, StepResult]:
         """One tick of several robots (names from :meth:`add_robot`; ``""`` the first) in one engine tick: their
         chunks in one batched call, their text forked from their own frames. Robots absent from ``frames``
-        are not served (not due, or no usable inputs). Text advances in :meth:`decode`, for all robots.
+        are not served (not due, or no usable inputs). Text advances in :meth:`decode`, for all robots (with
+        lanes, one decode step also runs beside the chunks: its events, every robot's, come in the results).
         ``exact``: each chunk bit for bit the one-robot one (``Engine.tick_many``)."""
         if self.mode not in ("oxygen", "action_only"):
             raise ValueError(f"several robots need engine_mode oxygen or action_only, not {self.mode!r}")
@@ -464,10 +465,11 @@ class PolicyRuntime:
             if step_period_s:
                 latency = latency_s if isinstance(latency_s, (int, float)) else latency_s.get(name, 0.0)
                 frame.guide = self._chunker(name).guide(frame.stamp_ns, step_period_s, latency)
-        ticks = self.engine.tick_many(frames, tasks=[] if self.mode == "action_only" else None, exact=exact)
+        ticks = self.engine.tick_many(frames, tasks=[] if self.mode == "action_only" else None, exact=exact,
+                                      decode_during_action=self.lanes is not None)
         out = {}
         for name, tick in ticks.items():
-            out[name] = self._in_robot_units(tick, frames[name], [])
+            out[name] = self._in_robot_units(tick, frames[name], tick.events)
             self._chunker(name).record(frames[name].stamp_ns, tick.actions)
         return out
 
