@@ -65,7 +65,8 @@ class FleetLoop:
         self.frames = workload.frames(self.model.config)
         # With lanes one of the k decode steps runs beside the chunks (tick_many's decode_during_action).
         self.overlap = self.engine.lanes is not None
-        self.decoder = FixedTokensPolicy(k - 1 if self.overlap else k)
+        after = k - 1 if self.overlap else k
+        self.decoder = FixedTokensPolicy(after) if after else None
         self.index = 0
 
     def tick(self) -> tuple[int, int]:
@@ -75,7 +76,7 @@ class FleetLoop:
         noise = {n: self.workload.noise(cfg, self.index * len(self.names) + i) for i, n in enumerate(self.names)}
         self.index += 1
         results = self.engine.tick_many(frames, noise, decode_during_action=self.overlap)
-        events = [e for r in results.values() for e in r.events] + self.decoder.run(self.engine)
+        events = [e for r in results.values() for e in r.events] + (self.decoder.run(self.engine) if self.decoder else [])
         return len(results), sum(len(e.token_ids) for e in events)
 
 
@@ -233,15 +234,16 @@ def _median(rows: list[dict], key: str) -> float:
 def format_table(result: dict, horizon: int, header: str) -> str:
     lines = [header, "",
              f"{'robots':>6} | {'way':>8} | {'chunks/s':>8} | {'per-robot Hz':>12} | {'tokens/s':>8} | "
-             f"{'peak MiB':>8} | {'tick ms':>7}"]
+             f"{'per-robot tok/s':>15} | {'peak MiB':>8} | {'tick ms':>7}"]
     ratios = []
     for n in result["robots"]:
         row = result["rows"][str(n)]
         for way in ("fleet", "separate"):
             rs = row[way]
             cps = _median(rs, "chunks_per_s")
-            lines.append(f"{n:>6} | {way:>8} | {cps:>8.2f} | {cps / n * horizon:>12.1f} | "
-                         f"{_median(rs, 'tokens_per_s'):>8.1f} | {_median(rs, 'peak_mem_bytes') / 2**20:>8.0f} | "
+            tps = _median(rs, "tokens_per_s")
+            lines.append(f"{n:>6} | {way:>8} | {cps:>8.2f} | {cps / n * horizon:>12.1f} | {tps:>8.1f} | {tps / n:>15.1f} | "
+                         f"{_median(rs, 'peak_mem_bytes') / 2**20:>8.0f} | "
                          f"{_median(rs, 'tick_ms'):>7.0f}")
         f, s = row["fleet"], row["separate"]
         ratios.append(f"{n} robots: fleet/separate chunks/s {_median(f, 'chunks_per_s') / _median(s, 'chunks_per_s'):.2f}x, "
