@@ -111,6 +111,15 @@ def test_bad_input_is_refused_and_the_fused_path_kept(fused: dict[str, FusedPref
     assert prefiller.fused, prefiller.failure
 
 
+def assert_pool_holds_the_eager_prefix(engine: Engine, prefix, frame) -> None:  # noqa: ANN001
+    """The prefix's KV in the engine's pool equals the eager prefill of the same frame."""
+    k, v = engine.kv.pool.view_k(prefix.extent), engine.kv.pool.view_v(prefix.extent)
+    ek, ev = torch.zeros_like(k), torch.zeros_like(v)
+    engine.model.prefill(frame.images, frame.image_mask, frame.prompt_tokens, ek, ev)
+    torch.testing.assert_close(k, ek, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(v, ev, rtol=1e-5, atol=1e-5)
+
+
 @needs_compiler
 def test_engine_prefills_through_the_fused_path(fused: dict[str, FusedPrefill]) -> None:
     prefiller = fused["causal_text"]
@@ -121,11 +130,7 @@ def test_engine_prefills_through_the_fused_path(fused: dict[str, FusedPrefill]) 
     frame = make_frame(TINY, 3)
     prefix, _ = engine.prefill(frame)
     try:
-        k, v = engine.kv.pool.view_k(prefix.extent), engine.kv.pool.view_v(prefix.extent)
-        ek, ev = torch.zeros_like(k), torch.zeros_like(v)
-        model.prefill(frame.images, frame.image_mask, frame.prompt_tokens, ek, ev)
-        torch.testing.assert_close(k, ek, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(v, ev, rtol=1e-5, atol=1e-5)
+        assert_pool_holds_the_eager_prefix(engine, prefix, frame)
     finally:
         engine.kv.release(prefix)
     assert prefiller.fused, prefiller.failure
@@ -142,11 +147,7 @@ def test_a_fleet_prefills_one_by_one_through_the_fused_path(fused: dict[str, Fus
     prefixes, _ = engine.prefill_many(frames)
     try:
         for name, frame in frames.items():
-            k, v = engine.kv.pool.view_k(prefixes[name].extent), engine.kv.pool.view_v(prefixes[name].extent)
-            ek, ev = torch.zeros_like(k), torch.zeros_like(v)
-            model.prefill(frame.images, frame.image_mask, frame.prompt_tokens, ek, ev)
-            torch.testing.assert_close(k, ek, rtol=1e-5, atol=1e-5)
-            torch.testing.assert_close(v, ev, rtol=1e-5, atol=1e-5)
+            assert_pool_holds_the_eager_prefix(engine, prefixes[name], frame)
     finally:
         for prefix in prefixes.values():
             engine.kv.release(prefix)

@@ -276,10 +276,10 @@ class OxygenNode(Node):
         ask_name = robot_topic(name, "~/ask", node_name)
         if ask_name not in self._asks:  # created once; it outlives cleanup like the one-robot server
             self._asks[ask_name] = AskServer(self, callback_group=self._ask_group, name=ask_name)
-        port = RobotPorts(name, key, node_name, store=None, diag=None, topic_stats=None, ask=self._asks[ask_name])  # type: ignore[arg-type]
         unused = rt.num_image_slots - len(s.camera_topics)  # slots past the list: no camera, masked
-        cameras = [self.resolve_topic_name(port.topic(t)) if t else "" for t in s.camera_topics]  # as `ros2 topic list` shows
-        port.store = InputStore(
+        # as `ros2 topic list` shows them
+        cameras = [self.resolve_topic_name(robot_topic(name, t, node_name)) if t else "" for t in s.camera_topics]
+        store = InputStore(
             [*cameras, *[""] * unused],
             [*s.camera_optional, *[True] * unused],
             [*s.camera_sizes, *[(0, 0)] * unused],
@@ -287,9 +287,9 @@ class OxygenNode(Node):
             max_instruction_chars=s.max_instruction_chars,
         )
         prefix = diagnostics_prefix(name)
-        port.diag = Diagnostics(self._chunk_rate_hz(), prefix=prefix)
-        port.topic_stats = TopicStatistics([*(t for t in cameras if t), *(["joint_states"] if s.joint_names else [])],
-                                           prefix=prefix)
+        topic_stats = TopicStatistics([*(t for t in cameras if t), *(["joint_states"] if s.joint_names else [])], prefix=prefix)
+        port = RobotPorts(name, key, node_name, store, Diagnostics(self._chunk_rate_hz(), prefix=prefix), topic_stats,
+                          self._asks[ask_name])  # fmt: skip
         port.chunk_pub = self._make_publisher(ActionChunk, port.topic("~/action_chunk"), RELIABLE)
         port.outputs = ControllerOutputs(self, s, lambda typ, topic, qos: self._make_publisher(typ, port.topic(topic), qos),
                                          RELIABLE, self._timer_group)
