@@ -16,6 +16,7 @@ from ros_helpers import FakeRuntime
 
 JOINTS = [f"j{i}" for i in range(7)]
 GOOD = {"camera_topics": ["/cam0", "", "/cam2"], "joint_names": JOINTS}
+FLEET = {"robots": ["a", "b"], "camera_topics": ["cam0"]}  # several robots need relative topics
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -94,6 +95,11 @@ def test_every_runtime_field_is_a_parameter():
         ({"robots": ["a", "b"], "engine_mode": "sequential"}, "several robots need engine_mode oxygen or action_only"),
         ({"robots": ["a", "b"], "camera_topics": ["/cam"]}, "camera_topics '/cam'"),
         ({"robots": ["a", "b"], "instruction_topic": "/instruction"}, "instruction_topic '/instruction'"),
+        ({"robot_control_rates_hz": [5.0]}, "robot_control_rates_hz needs robots"),
+        ({**FLEET, "robot_control_rates_hz": [5.0]}, "one rate per robots entry (2), got 1"),
+        ({**FLEET, "robot_control_rates_hz": [5.0, 0.0]}, "robot_control_rates_hz must be > 0"),
+        ({**FLEET, "robot_control_rates_hz": [5.0, -2.5]}, "robot_control_rates_hz must be > 0"),
+        ({**FLEET, "robot_control_rates_hz": [float("inf"), 5.0]}, "robot_control_rates_hz must be finite"),
     ],
 )
 def test_bad_values_are_refused_with_a_reason(change, words):
@@ -101,6 +107,18 @@ def test_bad_values_are_refused_with_a_reason(change, words):
     assert problems and any(words in p for p in problems), problems
     with pytest.raises(S.ConfigError, match="invalid parameters"):
         S.settings_from_values({**GOOD, **change})
+
+
+def test_each_robot_has_its_own_control_and_step_period():
+    settings, _ = S.settings_from_values({**GOOD, **FLEET, "robot_control_rates_hz": [5, 2.5]})
+    a, b = settings.for_robot("a"), settings.for_robot("b")
+    assert (a.control_rate_hz, a.step_period_s, b.control_rate_hz, b.step_period_s) == (5.0, 0.2, 2.5, 0.4)
+    assert settings.tick_period_s == 0.2  # the timer runs at the fastest robot's rate
+    fixed, _ = S.settings_from_values({**GOOD, **FLEET, "robot_control_rates_hz": [5, 2.5],
+                                       "action_step_period_s": 0.05})  # fmt: skip
+    assert fixed.for_robot("a").step_period_s == fixed.for_robot("b").step_period_s == 0.05
+    shared, _ = S.settings_from_values({**GOOD, **FLEET, "control_rate_hz": 4.0})
+    assert shared.for_robot("b").step_period_s == shared.tick_period_s == shared.control_period_s == 0.25
 
 
 def test_integers_are_accepted_for_doubles():

@@ -252,6 +252,10 @@ PARAMS: tuple[ParamSpec, ...] = (
               "Names of the robots this node serves from one model; each robot's topics, outputs and ~/ask resolve "
               "under its namespace (<node namespace>/<robot>/...). Empty = one robot, topics as given.",
               check=_check_robot_names),
+    ParamSpec("robot_control_rates_hz", "float[]", [],
+              "One control rate per robots entry, in Hz (each robot's chunks and their step period follow its own "
+              "rate; the control timer runs at the fastest). Empty = every robot at control_rate_hz.",
+              read_only=False, low=0.0, high=1000.0, low_open=True),
 )
 
 SPECS: dict[str, ParamSpec] = {p.name: p for p in PARAMS}

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from oxygen_ros.runtime import RuntimeConfig
@@ -55,6 +55,7 @@ class NodeSettings:
     outputs: tuple[OutputSpec, ...] = ()  # the controller outputs (the legacy single trajectory included)
     explicit_outputs: bool = False  # given as output_* lists: every action dim must go to one of them
     robots: tuple[str, ...] = ()  # the robots served (each under its namespace); () = one robot, topics as given
+    robot_control_rates_hz: tuple[float, ...] = ()  # one per robot; () = every robot at control_rate_hz
 
     @property
     def control_period_s(self) -> float:
@@ -64,6 +65,18 @@ class NodeSettings:
     def step_period_s(self) -> float:
         """Time between two actions of a chunk."""
         return self.action_step_period_s or self.control_period_s
+
+    @property
+    def tick_period_s(self) -> float:
+        """The control timer's period: the fastest robot's control period."""
+        return 1.0 / max(self.robot_control_rates_hz, default=self.control_rate_hz)
+
+    def for_robot(self, robot: str) -> NodeSettings:
+        """The settings as one robot sees them: its own rate (robot_control_rates_hz) as control_rate_hz, so its
+        control and step periods follow."""
+        if not self.robot_control_rates_hz or robot not in self.robots:
+            return self
+        return replace(self, control_rate_hz=self.robot_control_rates_hz[self.robots.index(robot)])
 
 
 def default_values() -> dict[str, Any]:
@@ -126,6 +139,12 @@ def cross_checks(v: Mapping[str, Any]) -> list[str]:
         problems.extend(str(exc).splitlines())
     if v.get("robots"):
         problems.extend(_robots_problems(v))
+    rates, robots = list(v.get("robot_control_rates_hz") or []), list(v.get("robots") or [])
+    if rates and not robots:
+        problems.append("robot_control_rates_hz needs robots (one robot runs at control_rate_hz)")
+    elif rates and len(rates) != len(robots):
+        problems.append(f"robot_control_rates_hz must be empty or have one rate per robots entry ({len(robots)}), "
+                        f"got {len(rates)}")
     features = list(v.get("camera_features") or [])
     if features and len(features) != len(topics):
         problems.append(f"camera_features must be empty or name one feature per camera_topics entry ({len(topics)}), "
@@ -260,4 +279,5 @@ def node_settings(v: Mapping[str, Any]) -> NodeSettings:
         outputs=outputs_of(v)[0],
         explicit_outputs=outputs_of(v)[1],
         robots=tuple(v["robots"]),
+        robot_control_rates_hz=tuple(float(r) for r in v["robot_control_rates_hz"]),
     )
