@@ -260,10 +260,11 @@ class FakeRuntime:
     def add_robot(self, name: str) -> None:
         self.robots.append(name)
 
-    def step_many(self, frames: dict[str, Any], step_period_s: float | None = None, latency_s: Any = 0.0) -> dict[str, Any]:
+    def step_many(self, frames: dict[str, Any], step_period_s: Any = None, latency_s: Any = 0.0) -> dict[str, Any]:
         self.many_calls.append(sorted(frames))
         latency = latency_s if isinstance(latency_s, dict) else {}
-        return {name: self.step(frame, step_period_s, latency.get(name, 0.0)) for name, frame in frames.items()}
+        period = step_period_s if isinstance(step_period_s, dict) else dict.fromkeys(frames, step_period_s)
+        return {name: self.step(frame, period.get(name), latency.get(name, 0.0)) for name, frame in frames.items()}
 
     def step(self, frame: Any, step_period_s: float | None = None, latency_s: float = 0.0) -> Any:
         from types import SimpleNamespace

@@ -105,6 +105,21 @@ def test_runtime_guides_each_chunk_toward_the_previous_one() -> None:
     np.testing.assert_array_equal(guided.step(_frame(guided, 200 * MS), STEP, 0.2).tick.actions, unguided)
 
 
+def test_step_many_guides_each_robot_with_its_own_step_period() -> None:
+    rt = _runtime(seed=3, rtc=True, rtc_beta=20.0)
+    rt.add_robot("slow")
+    periods = {"": STEP, "slow": 2 * STEP}
+    done = rt.step_many({name: _frame(rt, 0) for name in periods}, periods, 0.1)
+    # 200 ms later: two steps of the fast robot, one of the slow one; then one period for both (the float form).
+    for stamp_ms, step_period, shifts in ((200, periods, {"": 2, "slow": 1}), (400, STEP, {"": 2, "slow": 2})):
+        frames = {name: _frame(rt, stamp_ms * MS) for name in periods}
+        previous = {name: result.tick.actions for name, result in done.items()}
+        done = rt.step_many(frames, step_period, {"": 0.1, "slow": 0.1})
+        for name, shift in shifts.items():
+            kept = len(previous[name]) - shift
+            np.testing.assert_array_equal(frames[name].guide.target[:kept].numpy(), previous[name][shift:])
+
+
 def test_n_action_steps_resolution_and_validation() -> None:
     rt = _runtime(horizon=8)
     assert rt.n_action_steps == 8

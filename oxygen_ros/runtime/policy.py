@@ -452,19 +452,21 @@ class PolicyRuntime:
         self.chunker.record(frame.stamp_ns, result.tick.actions)
         return result
 
-    def step_many(self, frames: Mapping[str, FrameInput], step_period_s: float | None = None,
+    def step_many(self, frames: Mapping[str, FrameInput], step_period_s: Mapping[str, float] | float | None = None,
                   latency_s: Mapping[str, float] | float = 0.0, exact: bool = False) -> dict[str, StepResult]:
         """One tick of several robots (names from :meth:`add_robot`; ``""`` the first) in one engine tick: their
         chunks in one batched call, their text forked from their own frames. Robots absent from ``frames``
         are not served (not due, or no usable inputs). Text advances in :meth:`decode`, for all robots (with
         lanes, one decode step also runs beside the chunks: its events, every robot's, come in the results).
+        ``step_period_s`` and ``latency_s``: one for all robots or one per robot (robots at their own rates).
         ``exact``: each chunk bit for bit the one-robot one (``Engine.tick_many``)."""
         if self.mode not in ("oxygen", "action_only"):
             raise ValueError(f"several robots need engine_mode oxygen or action_only, not {self.mode!r}")
         for name, frame in frames.items():
-            if step_period_s:
+            period = step_period_s.get(name) if isinstance(step_period_s, Mapping) else step_period_s
+            if period:
                 latency = latency_s if isinstance(latency_s, (int, float)) else latency_s.get(name, 0.0)
-                frame.guide = self._chunker(name).guide(frame.stamp_ns, step_period_s, latency)
+                frame.guide = self._chunker(name).guide(frame.stamp_ns, period, latency)
         ticks = self.engine.tick_many(frames, tasks=[] if self.mode == "action_only" else None, exact=exact,
                                       decode_during_action=self.lanes is not None)
         out = {}
