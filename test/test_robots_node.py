@@ -24,6 +24,7 @@ from ros_helpers import REPO, Collector, FakeRuntime, NodeProcess, make_test_nod
 from oxygen_ros.interface.convert import array_to_image, ns_to_stamp
 from oxygen_ros.interface.topic_names import robot_topic
 from oxygen_ros.ros.node import OxygenNode
+from oxygen_ros.ros.robot_clocks import RobotClocks, robot_phases
 
 JOINTS = ["j1", "j2", "j3"]
 RELIABLE = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
@@ -38,6 +39,18 @@ def test_robot_topics_resolve_as_a_one_robot_node_in_the_robots_namespace() -> N
     assert robot_topic("arm1", "~/text/language", "policy") == "arm1/policy/text/language"
     with pytest.raises(ValueError, match="absolute"):
         robot_topic("arm1", "/camera", "oxygen_node")
+
+
+def test_robots_tick_at_their_own_rates_and_slower_robots_are_spread_over_the_timer_ticks() -> None:
+    phases = robot_phases({"a": 0.1, "b": 0.2, "c": 0.2, "d": 0.2}, 0.1)
+    assert phases == pytest.approx({"a": 0, "b": 0, "c": 0.1, "d": 0.1})
+    assert robot_phases({"a": 0.2, "b": 0.2}, 0.2) == {"a": 0, "b": 0}  # the fastest share every tick (one batch)
+    clocks = RobotClocks({"fast": 0.2, "slow": 0.4})
+    jitter = [0.0, -0.01, 0.02, 0.0, -0.03, 0.01, 0.0, 0.0]  # the timer fires a little early or late
+    ticks = [clocks.due(100.0 + 0.2 * i + j) for i, j in enumerate(jitter)]
+    assert ticks == [["fast"], ["fast", "slow"]] * 4
+    assert clocks.due(50.0) == ["fast"]  # the clock went back (a bag replayed again): the clocks start over
+    assert clocks.due(50.2) == ["fast", "slow"]
 
 
 @pytest.fixture()
@@ -114,6 +127,54 @@ def test_each_robot_has_its_own_topics_and_a_robot_without_inputs_does_not_hold_
 
         assert spin_until(executor, lambda: len(right) >= 5, timeout=20, every=(0.02, publish_both))
         assert ["", "right"] in runtime.many_calls
+    finally:
+        executor.shutdown()
+        node.destroy_node()
+        driver.destroy_node()
+
+
+def test_each_robot_gets_chunks_at_its_own_rate_with_its_own_step_period(ros_context) -> None:  # noqa: ANN001
+    load = FakeRuntime.loader(action_dim=3)
+    robots = ("fast", "slow")
+    values: dict[str, Any] = {"robots": list(robots), "robot_control_rates_hz": [5.0, 2.5],
+                              "camera_topics": ["camera/image"], "joint_names": JOINTS, "default_instruction": "go"}  # fmt: skip
+    node = OxygenNode("rates_node", runtime_loader=load,
+                      parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])  # fmt: skip
+    runtime = load.made[0]
+    driver, executor = make_test_node("rates_driver")
+    executor.add_node(node)
+    try:
+        assert node._control_timer.timer_period_ns == 200_000_000  # the fastest robot's rate
+        assert [p.diag.target_rate_hz for p in node._ports] == [5.0, 2.5]  # /diagnostics: each robot's own target
+        inputs = [(driver.create_publisher(Image, f"/{r}/camera/image", qos_profile_sensor_data),
+                   driver.create_publisher(JointState, f"/{r}/joint_states", qos_profile_sensor_data)) for r in robots]
+        chunks = {r: Collector(driver, ActionChunk, f"/{r}/rates_node/action_chunk", RELIABLE) for r in robots}
+        endpoints = [e for pair in inputs for e in pair] + [c.subscription for c in chunks.values()]
+        assert wait_for_match(executor, endpoints)
+
+        def publish() -> None:
+            now = driver.get_clock().now().nanoseconds
+            for cam, joints in inputs:
+                cam.publish(array_to_image(np.zeros((8, 8, 3), np.uint8), "rgb8", stamp=now))
+                joints.publish(_joint_state(now))
+
+        started = lambda: all(len(c) >= 1 for c in chunks.values())  # noqa: E731
+        assert spin_until(executor, started, timeout=20, every=(0.02, publish))
+        for c in chunks.values():
+            c.clear()
+        assert spin_until(executor, lambda: len(chunks["slow"]) >= 6, timeout=20, every=(0.02, publish))
+        fast, slow = len(chunks["fast"]), len(chunks["slow"])
+        assert 1.5 <= fast / slow <= 2.6, (fast, slow)  # twice as many, give or take a tick at each end
+        period_s = {r: {m.step_period.sec + m.step_period.nanosec / 1e9 for m in c.messages} for r, c in chunks.items()}
+        assert period_s == {"fast": {0.2}, "slow": {0.4}}
+        assert {p for p, _ in runtime.step_calls} == {0.2, 0.4}  # real-time chunking is guided with each robot's period
+        assert ["", "slow"] in runtime.many_calls and [""] in runtime.many_calls  # the slow robot every other tick
+
+        # Changed at runtime: the timer follows the fastest rate, the diagnostics each robot's.
+        assert node.set_parameters([Parameter("robot_control_rates_hz", value=[4.0, 10.0])])[0].successful
+        assert node._control_timer.timer_period_ns == 100_000_000
+        assert [p.diag.target_rate_hz for p in node._ports] == [4.0, 10.0]
+        assert not node.set_parameters([Parameter("robot_control_rates_hz", value=[4.0])])[0].successful
     finally:
         executor.shutdown()
         node.destroy_node()

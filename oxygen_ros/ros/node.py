@@ -12,7 +12,8 @@ Several robots (the `robots` parameter): one model, one engine and one model thr
 robot has its own `RobotPorts` (inputs, publishers, `~/ask`, diagnostics) under its namespace; a control tick
 gathers the frames of every robot that is due and has usable inputs and runs them in one batched engine tick
 (`PolicyRuntime.step_many`); a robot without usable inputs is skipped without delaying the others, and every
-robot's text advances in the same decode steps.
+robot's text advances in the same decode steps. Each robot may have its own control rate
+(`robot_control_rates_hz`): the timer then fires at the fastest, and `RobotClocks` says who is due.
 
 Every time is the node clock's (`use_sim_time` and bag replay work). Bad inputs give a throttled warning,
 a counter in /diagnostics and no chunk for that tick; the node keeps running. All model and KV logic lives
@@ -58,6 +59,7 @@ from .ask_server import AskServer
 from .controller_outputs import ControllerOutputs
 from oxygen_ros.interface.topic_names import robot_topic
 from .diagnostics import Diagnostics, diagnostic_array
+from .robot_clocks import RobotClocks
 from .robot_ports import RobotPorts, TextPublishers, diagnostics_prefix
 from .topic_stats import TopicStatistics
 
@@ -121,6 +123,7 @@ class OxygenNode(Node):
         self._stopping = threading.Event()
         self._model_thread: threading.Thread | None = None
         self._control_timer: Any = None
+        self._clocks: RobotClocks | None = None  # several robots: who each control tick serves
 
         self._timer_group = MutuallyExclusiveCallbackGroup()
         self._input_group = ReentrantCallbackGroup()
@@ -256,9 +259,9 @@ class OxygenNode(Node):
         if unknown:
             self.get_logger().warning(f"ignoring unknown parameters {unknown} (misspelled? see config/demo.yaml)")
 
-    def _chunk_rate_hz(self) -> float:
-        """The chunk rate diagnostics expect: the control rate, or one chunk per n_action_steps steps."""
-        s, rt = self.settings, self.runtime
+    def _chunk_rate_hz(self, robot: str) -> float:
+        """The chunk rate diagnostics expect of a robot: its control rate, or one chunk per n_action_steps steps."""
+        s, rt = self.settings.for_robot(robot), self.runtime
         if rt.config.replan == "tick":
             return s.control_rate_hz
         return min(s.control_rate_hz, 1.0 / (rt.n_action_steps * s.step_period_s))
@@ -288,11 +291,12 @@ class OxygenNode(Node):
         )
         prefix = diagnostics_prefix(name)
         topic_stats = TopicStatistics([*(t for t in cameras if t), *(["joint_states"] if s.joint_names else [])], prefix=prefix)
-        port = RobotPorts(name, key, node_name, store, Diagnostics(self._chunk_rate_hz(), prefix=prefix), topic_stats,
+        port = RobotPorts(name, key, node_name, store, Diagnostics(self._chunk_rate_hz(name), prefix=prefix), topic_stats,
                           self._asks[ask_name])  # fmt: skip
         port.chunk_pub = self._make_publisher(ActionChunk, port.topic("~/action_chunk"), RELIABLE)
-        port.outputs = ControllerOutputs(self, s, lambda typ, topic, qos: self._make_publisher(typ, port.topic(topic), qos),
-                                         RELIABLE, self._timer_group)
+        port.outputs = ControllerOutputs(self, s.for_robot(name),
+                                         lambda typ, topic, qos: self._make_publisher(typ, port.topic(topic), qos),
+                                         RELIABLE, self._timer_group)  # fmt: skip
         port.text_pubs = {
             task.name: TextPublishers(
                 self._make_publisher(TextDelta, port.topic(text_topic(task.name)), TEXT_QOS),
@@ -328,13 +332,19 @@ class OxygenNode(Node):
 
     def _create_timers(self) -> None:
         s = self.settings
+        self._clocks = self._robot_clocks()
         # The control timer only wakes the model thread (node clock: follows /clock with use_sim_time). It lives
         # as long as the node: destroying a timer while the executor waits on it can make the executor raise.
         if self._control_timer is None:
-            self._control_timer = self.create_timer(s.control_period_s, self._tick_wanted.set, callback_group=self._timer_group)
+            self._control_timer = self.create_timer(s.tick_period_s, self._tick_wanted.set, callback_group=self._timer_group)
         else:
-            self._control_timer.timer_period_ns = int(round(s.control_period_s * 1e9))
+            self._control_timer.timer_period_ns = int(round(s.tick_period_s * 1e9))
             self._control_timer.reset()
+
+    def _robot_clocks(self) -> RobotClocks | None:
+        """Several robots: each on its own clock at its own rate. One robot: every timer tick is its tick."""
+        s = self.settings
+        return RobotClocks({r: s.for_robot(r).control_period_s for r in s.robots}) if s.robots else None
 
     def _model_loop(self) -> None:
         """The model thread: each control tick, the tick and then text decoding in the slack before the next.
@@ -367,8 +377,8 @@ class OxygenNode(Node):
         self.get_logger().info(rt.describe())
         if s.robots:
             ns = self.get_namespace().rstrip("/")
-            self.get_logger().info(f"serving {len(s.robots)} robots from one model: "
-                                   + ", ".join(f"{r} (topics under {ns}/{r})" for r in s.robots))
+            self.get_logger().info(f"serving {len(s.robots)} robots from one model: " + ", ".join(
+                f"{r} (topics under {ns}/{r}, {s.for_robot(r).control_rate_hz:g} Hz)" for r in s.robots))
         for o in s.outputs:
             self.get_logger().info(
                 f"output {o.name}: {o.type} on {o.topic} <- action dims {list(o.dims)}"
@@ -447,9 +457,13 @@ class OxygenNode(Node):
         them all, then each robot's chunk and controller commands."""
         s, rt = self.settings, self.runtime
         now_s = self._now_ns() / 1e9
-        due = [p for p in self._ports
-               if replan_due(now_s, p.last_chunk_s, rt.config.replan, rt.n_action_steps, s.step_period_s,
-                             slack_s=s.control_period_s / 2)]  # fmt: skip
+        clocks = self._clocks
+        mine = None if clocks is None else set(clocks.due(now_s))  # several robots: those whose own tick came
+        ticking = [p for p in self._ports if mine is None or p.name in mine]
+        robot = {p.key: s.for_robot(p.name) for p in ticking}  # each robot's own control and step periods
+        due = [p for p in ticking
+               if replan_due(now_s, p.last_chunk_s, rt.config.replan, rt.n_action_steps, robot[p.key].step_period_s,
+                             slack_s=robot[p.key].control_period_s / 2)]  # fmt: skip
         if not due:
             return  # the current chunks still run: replanning every n_action_steps steps
         start = time.perf_counter()
@@ -470,7 +484,8 @@ class OxygenNode(Node):
                 port = served[0]
                 results = {port.key: rt.step(frames[port.key], s.step_period_s, port.last_latency_s)}
             else:
-                results = rt.step_many(frames, s.step_period_s, {p.key: p.last_latency_s for p in served})
+                results = rt.step_many(frames, {p.key: robot[p.key].step_period_s for p in served},
+                                       {p.key: p.last_latency_s for p in served})
         except Exception as exc:  # a robot never sees a traceback: log, count, no chunk, keep running
             for port in served:
                 self._engine_error(port, "control tick", exc)
@@ -513,7 +528,7 @@ class OxygenNode(Node):
         return obs, frame
 
     def _publish_step(self, port: RobotPorts, obs: Observation, result: Any, start: float) -> None:
-        s, rt = self.settings, self.runtime
+        s, rt = self.settings.for_robot(port.name), self.runtime
         latency_s = max(0.0, (self._now_ns() - obs.stamp_ns) / 1e9)  # observation → publication, node clock
         chunk = action_chunk_msg(
             result.actions,
@@ -548,7 +563,7 @@ class OxygenNode(Node):
     def _on_decode(self) -> None:
         fixed = self.runtime.config.tokens_per_frame > 0  # k tokens per frame: one decode call per tick
         left_ns = self._control_timer.time_until_next_call()
-        period_s = self.settings.control_period_s
+        period_s = self.settings.tick_period_s
         margin_s = max(0.002, 0.1 * period_s)  # one decode step may overrun its prediction
         slack_s = min((left_ns if left_ns is not None else 0) / 1e9, period_s) - margin_s
         if slack_s <= 0 and not fixed:
@@ -651,11 +666,12 @@ class OxygenNode(Node):
         for port in self._ports:
             port.store.max_instruction_chars = new.max_instruction_chars
             if port.outputs is not None:
-                port.outputs.settings = new  # limits may have changed; the outputs themselves are fixed
-            port.diag.set_target_rate(self._chunk_rate_hz())  # the control rate or the step period may have changed
-        if new.control_rate_hz != old.control_rate_hz:
+                port.outputs.settings = new.for_robot(port.name)  # limits may have changed; the outputs are fixed
+            port.diag.set_target_rate(self._chunk_rate_hz(port.name))  # the rates or the step period may have changed
+        if (new.control_rate_hz, new.robot_control_rates_hz) != (old.control_rate_hz, old.robot_control_rates_hz):
             if self.active:
-                self._control_timer.timer_period_ns = int(round(new.control_period_s * 1e9))
+                self._clocks = self._robot_clocks()  # restarted at the next tick, every robot due then
+                self._control_timer.timer_period_ns = int(round(new.tick_period_s * 1e9))
 
     # ------------------------------------------------------------------------------- shutdown
     def destroy_node(self) -> None:
