@@ -31,7 +31,7 @@ import numpy as np
 
 from oxygen_ros.sim.media import AnswerOut, EpisodeLog, TextOut, gif_frame_count, write_gif, write_summary
 from oxygen_ros.sim.phrasing import target_in
-from oxygen_ros.sim.questions import demo_questions
+from oxygen_ros.sim.questions import ANSWER_MAX_TOKENS, demo_questions
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_SEED = 40  # the demo's first held-out scene seed (its instructions name different objects)
@@ -128,7 +128,7 @@ class Listener:
             return
         question = demo_questions(target_in(log.instruction) or "red cup")[sent]
         self._asked[log.index] = sent + 1
-        future = self._ask.send_goal_async(Ask.Goal(question=question, max_tokens=8))
+        future = self._ask.send_goal_async(Ask.Goal(question=question, max_tokens=ANSWER_MAX_TOKENS))
         future.add_done_callback(lambda f, q=question, ep=log: self._accepted(f, q, ep))
 
     def _accepted(self, future, question: str, log: EpisodeLog) -> None:  # noqa: ANN001

@@ -4,6 +4,7 @@ object count, and how the eval reports them (success per family, absent objects 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -13,9 +14,12 @@ from oxygen_ros.sim.cli import build_parser, varied_specs
 from oxygen_ros.sim.episode import EVAL_FAMILIES, EpisodeSpec, SimEpisode
 from oxygen_ros.sim.evaluate import EpisodeResult, EvalSettings, TextRecord, summarize
 from oxygen_ros.sim.phrasing import FAMILIES, POLITE, VERBS, phrase, target_in
-from oxygen_ros.sim.questions import NOTHING, NOT_HERE, Question, answer
+from oxygen_ros.model.tokenizer import Tokenizer
+from oxygen_ros.sim.questions import ANSWER_MAX_TOKENS, NOTHING, NOT_HERE, Question, all_answers, answer
 from oxygen_ros.sim.scene import Scene
 from oxygen_ros.sim.variation import Lighting, absent_name, add_distractor, adjust
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("split", ["train", "held_out"])
@@ -99,6 +103,13 @@ def test_questions_have_true_answers() -> None:
     assert answer(scene, Question("held", "", None)) == NOTHING
     assert answer(scene, Question("where", "", "purple cup")) == NOT_HERE
     assert answer(scene, Question("where", "", left_most.name)).endswith("left")
+
+
+def test_every_true_answer_fits_the_answer_budget_of_the_eval_and_the_demo() -> None:
+    """A budget below the longest answer cuts true answers ("near ri") and counts them wrong."""
+    tokenizer = Tokenizer.from_file(str(REPO / "models" / "demo" / "tokenizer.model"))
+    longest = max(len(tokenizer.encode(" " + a)) for a in all_answers())
+    assert longest + 1 <= ANSWER_MAX_TOKENS  # and room for the end of the text
 
 
 def test_the_eval_command_line_builds_the_varied_episodes() -> None:

@@ -29,10 +29,9 @@ from oxygen_ros.runtime.trajectory import JointLimits
 
 from .dataset import CONTROL_PERIOD_S, EVAL_SEED_LIMIT
 from .episode import DEFAULT_TIME_LIMIT_S, EpisodeSpec, SimEpisode
-from .questions import answer, draw_question
+from .questions import ANSWER_MAX_TOKENS, answer, draw_question
 from .scene import JOINT_LOWER, JOINT_NAMES, JOINT_UPPER
 
-QUESTION_MAX_TOKENS = 8  # the longest true answer ("yellow block") is about four tokens
 DEFAULT_TOKENS_PER_FRAME = 4  # decode steps per tick when the configuration says "fill the slack" (0)
 NS = 1_000_000_000
 
@@ -175,7 +174,7 @@ class EpisodeLoop:
                 continue
             if self.result.chunks in self._ask_at:
                 question = draw_question(episode.scene, self._question_rng, settings.question_split)
-                request = runtime.ask(runtime.question_tokens(question.text), QUESTION_MAX_TOKENS, self.robot)
+                request = runtime.ask(runtime.question_tokens(question.text), ANSWER_MAX_TOKENS, self.robot)
                 self.text.answers[request] = answer(episode.scene, question)
             return frame
 

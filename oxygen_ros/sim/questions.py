@@ -33,6 +33,9 @@ PHRASINGS = {
 }
 NOTHING = "nothing"
 NOT_HERE = "not here"
+# Tokens an answer may take: the demo tokenizer spells the places letter by letter (" near centre" is 12
+# tokens), so a shorter budget cuts true answers ("near ri") and counts them wrong.
+ANSWER_MAX_TOKENS = 16
 SIDE_M = 0.075  # across-the-table distance beyond which an object is to one side of another (half a column)
 
 
