@@ -69,8 +69,11 @@ def test_relative_paths_resolve_from_the_working_directory_then_the_package(tmp_
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The package installed (as colcon's ament_python build does, through setup.py) into a fresh prefix."""
     prefix = tmp_path_factory.mktemp("install")
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--prefix",
-                           str(prefix), str(REPO)], capture_output=True, text=True, timeout=300)  # fmt: skip
+    # --ignore-installed: without it pip first uninstalls the checkout's own (editable) install from the running
+    # environment, and every console script of the package is gone for the tests after this one
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                           "--ignore-installed", "--prefix", str(prefix), str(REPO)],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     return prefix
 
