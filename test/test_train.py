@@ -33,7 +33,7 @@ def tiny_preset() -> ModelConfig:
 
 
 def small_config(model: ModelConfig, **changes: object) -> TrainConfig:
-    base = TrainConfig(steps=3, samples=36, data_workers=2, batch_size=6, warmup_steps=2, model=model, threads=1)
+    base = TrainConfig(steps=3, samples=36, data_workers=2, batch_size=6, warmup_steps=2, model=model, threads=1, variations=False)
     return dataclasses.replace(base, **changes)
 
 

@@ -47,7 +47,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dagger-lr", type=float, default=d.dagger_lr, help="peak learning rate of a round (default %(default)s)")
     p.add_argument("--variations", action=argparse.BooleanOptionalAction, default=d.variations,
                    help="data as users bring it: instructions as people type them, lighting within 20 %%, distractors, "
-                   "absent objects, and questions about the scene (the ask path) as a fourth text task (default: off)")
+                   "absent objects, and questions about the scene (the ask path) as a fourth text task (default: on; --no-variations: the plain templates and scenes only)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p.parse_args(argv)
 

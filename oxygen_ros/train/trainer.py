@@ -54,9 +54,9 @@ def training_tasks() -> list[TaskConfig]:
 
 @dataclass
 class TrainConfig:
-    steps: int = 1100
+    steps: int = 1800
     seed: int = 0
-    samples: int = 20000  # expert samples (about 2.2 per control tick with the goal alternatives), generated before training
+    samples: int = 28000  # expert samples (about 2.2 per control tick with the goal alternatives), generated before training
     data_workers: int = 2  # processes generating them (part of what makes the expert data: keep it fixed); also
     # the processes of the DAgger rollouts (those come out the same for any number)
     batch_size: int = 32
@@ -77,7 +77,7 @@ class TrainConfig:
     model: ModelConfig | None = None  # overrides the preset (tests)
     tasks: list[TaskConfig] = field(default_factory=training_tasks)
     prompt_format: str = "pi05_state"
-    threads: int = 2  # torch threads (the result depends on their number, not on the cores; two fit the 15 minutes)
+    threads: int = 2  # torch threads (the result depends on their number, not on the cores; two fit the 20 minutes)
     dtype: str = "float32"  # stored weights: float32 or bfloat16
     save_every: int = 0  # also write the checkpoint every this many steps (0 = only at the end)
     delta_actions: bool = True  # arm joints relative to the state, gripper absolute (openpi's DeltaActions)
@@ -92,7 +92,7 @@ class TrainConfig:
     # what users vary (the sample source's variations: phrasings, lighting, distractors, absent objects) and
     # questions asked while acting (the runtime's ask path): the samples' questions and answers are one more
     # text task, its continuation the question (runtime.policy.QUESTION_TEMPLATE) instead of a fixed prompt
-    variations: bool = False
+    variations: bool = True
 
     def model_config(self) -> ModelConfig:
         return self.model or preset(self.preset)
