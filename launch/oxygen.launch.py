@@ -16,9 +16,12 @@ Arguments:
     autostart     'true' (default): the managed node configures and activates itself at start
     robots        comma-separated robot names (e.g. arm1,arm2): one node, one model, each robot's topics under
                   <namespace>/<robot>; empty (default) = the params file's 'robots' (one robot unless it names some)
+    robot_rates   comma-separated control rates in Hz, one per robot (e.g. 5,2.5); empty (default) = the params
+                  file's 'robot_control_rates_hz' (every robot at control_rate_hz unless it sets them)
 
 Everything set here is reachable without launch: `oxygen_node [--lifecycle [--autostart]] --params-file
-FILE --ros-args -p checkpoint:=DIR -p use_sim_time:=true -r __ns:=/NAMESPACE -p "robots:=[arm1,arm2]"`.
+FILE --ros-args -p checkpoint:=DIR -p use_sim_time:=true -r __ns:=/NAMESPACE -p "robots:=[arm1,arm2]"
+-p "robot_control_rates_hz:=[5.0,2.5]"`.
 """
 
 import os
@@ -28,7 +31,7 @@ from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode, Node
 
-from oxygen_ros.ros.launch_args import as_bool, check_params_file, node_arguments, robot_names
+from oxygen_ros.ros.launch_args import as_bool, check_params_file, node_arguments, robot_names, robot_rates
 
 PACKAGE = "oxygen_ros"
 
@@ -54,6 +57,8 @@ def _node(context, *args, **kwargs):
         overrides["checkpoint"] = arg("checkpoint")
     if robot_names(arg("robots")):
         overrides["robots"] = robot_names(arg("robots"))
+    if robot_rates(arg("robot_rates")):
+        overrides["robot_control_rates_hz"] = robot_rates(arg("robot_rates"))
     node_class = LifecycleNode if lifecycle else Node
     return [
         node_class(
@@ -83,6 +88,8 @@ def generate_launch_description() -> LaunchDescription:
                                   description="configure and activate the managed node at start (true/false)"),
             DeclareLaunchArgument("robots", default_value="",
                                   description="robot names served by this one node, e.g. arm1,arm2 ('' = the params file's)"),
+            DeclareLaunchArgument("robot_rates", default_value="",
+                                  description="control rate in Hz of each robot, e.g. 5,2.5 ('' = the params file's)"),
             OpaqueFunction(function=_node),
         ]
     )

@@ -15,12 +15,14 @@ import pytest
 import yaml
 
 from oxygen_ros.interface import params as P, settings as S
-from oxygen_ros.ros.launch_args import LaunchArgumentError, as_bool, check_params_file, node_arguments, robot_names
+from oxygen_ros.ros.launch_args import (LaunchArgumentError, as_bool, check_params_file, node_arguments, robot_names,
+                                        robot_rates)
 from oxygen_ros.ros.main import main, parse_options, ros_arguments
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCH = REPO / "launch" / "oxygen.launch.py"
-ARGUMENTS = {"params_file", "checkpoint", "namespace", "use_sim_time", "lifecycle", "autostart", "robots"}
+ARGUMENTS = {"params_file", "checkpoint", "namespace", "use_sim_time", "lifecycle", "autostart", "robots",
+             "robot_rates"}
 
 
 def _declared_arguments(tree: ast.AST) -> set[str]:
@@ -102,6 +104,10 @@ def test_launch_arguments_are_checked(tmp_path):
         robot_names("arm-1")
     with pytest.raises(LaunchArgumentError, match="unique"):
         robot_names("a,a")
+    assert robot_rates("") == [] and robot_rates("5, 2.5") == [5.0, 2.5] and robot_rates("[10]") == [10.0]
+    for bad, why in (("5,fast", "numbers"), ("5,0", "> 0"), ("nan", "> 0")):
+        with pytest.raises(LaunchArgumentError, match=why):
+            robot_rates(bad)
 
 
 # ---------------------------------------------------------------------------------------- configs

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 from oxygen_ros.interface.topic_names import robot_name_problem
 
-__all__ = ["LaunchArgumentError", "as_bool", "check_params_file", "node_arguments", "robot_names"]
+__all__ = ["LaunchArgumentError", "as_bool", "check_params_file", "node_arguments", "robot_names", "robot_rates"]
 
 
 class LaunchArgumentError(ValueError):
@@ -48,3 +49,16 @@ def robot_names(text: str) -> list[str]:
     if len(set(names)) != len(names):
         raise LaunchArgumentError(f"robots must be unique, got {names}")
     return names
+
+
+def robot_rates(text: str) -> list[float]:
+    """The `robot_rates` launch argument ("5,2.5" or "[5, 2.5]"; "" = none) as control rates in Hz; the node
+    checks at configure that there is one per robot."""
+    parts = [p.strip() for p in text.strip().strip("[]").split(",") if p.strip()]
+    try:
+        rates = [float(p) for p in parts]
+    except ValueError:
+        raise LaunchArgumentError(f"robot_rates must be numbers in Hz separated by commas, got {text!r}") from None
+    if any(not (math.isfinite(r) and r > 0) for r in rates):
+        raise LaunchArgumentError(f"robot_rates must be finite and > 0, got {text!r}")
+    return rates
