@@ -40,9 +40,14 @@ def node_arguments(lifecycle: bool, autostart: bool) -> list[str]:
     return ["--lifecycle", *(["--autostart"] if autostart else [])]
 
 
+def _items(text: str) -> list[str]:
+    """A list launch argument's items: "a,b" or "[a, b]", blanks dropped ("" = none)."""
+    return [item.strip() for item in text.strip().strip("[]").split(",") if item.strip()]
+
+
 def robot_names(text: str) -> list[str]:
     """The `robots` launch argument ("arm1,arm2" or "[arm1, arm2]"; "" = one robot) as a list of names."""
-    names = [n.strip() for n in text.strip().strip("[]").split(",") if n.strip()]
+    names = _items(text)
     problems = [r for n in names if (r := robot_name_problem(n))]
     if problems:
         raise LaunchArgumentError(f"robots: {problems[0]}")
@@ -54,9 +59,8 @@ def robot_names(text: str) -> list[str]:
 def robot_rates(text: str) -> list[float]:
     """The `robot_rates` launch argument ("5,2.5" or "[5, 2.5]"; "" = none) as control rates in Hz; the node
     checks at configure that there is one per robot."""
-    parts = [p.strip() for p in text.strip().strip("[]").split(",") if p.strip()]
     try:
-        rates = [float(p) for p in parts]
+        rates = [float(p) for p in _items(text)]
     except ValueError:
         raise LaunchArgumentError(f"robot_rates must be numbers in Hz separated by commas, got {text!r}") from None
     if any(not (math.isfinite(r) and r > 0) for r in rates):
