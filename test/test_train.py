@@ -21,7 +21,7 @@ from oxygen_ros.train.data import collect_samples, pixels_from_uint8
 from oxygen_ros.train.forward import compute_losses, joint_forward
 from oxygen_ros.train.trainer import TrainConfig, prepare, train
 
-from train_fixtures import STATE_DIM, fake_expert_samples
+from train_fixtures import COLOURS, KINDS, STATE_DIM, fake_expert_samples
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -318,17 +318,44 @@ def test_target_map_spreads_each_view_point_over_its_nearest_patch_centres() -> 
         target_map(sample(((0.5, 0.5), None), np.zeros((48, 64, 3), np.uint8)), 4)
 
 
-def test_the_grounding_head_learns_to_point_and_stays_out_of_the_checkpoint(tmp_path: Path, tiny_preset: ModelConfig) -> None:
-    """The training-only head's pointing loss falls; the checkpoint holds exactly the weights of a run without
-    the head (same names and shapes); with weight 0 there is no grounding curve."""
+def test_object_labels_name_the_patch_under_each_object_centre() -> None:
+    from oxygen_ros.train.data import object_labels
+    from oxygen_ros.train.grounding import IGNORE
+
+    names = ("red cup", "blue ball", "green block")
+    square = np.zeros((64, 64, 3), np.uint8)
+
+    def sample(seen):  # noqa: ANN001, ANN202
+        return dataclasses.replace(next(fake_expert_samples(1, 4, 0.2, 64)), images=(square, square), object_uvs=seen)
+
+    labels = object_labels(sample((((0.6, 0.3, "blue ball"), (0.1, 0.9, "green block")), ((0.5, 0.5, "red cup"),))), 4, names)
+    assert labels.shape == (2, 16) and labels.dtype == torch.long
+    assert labels[0, 1 * 4 + 2] == 1 and labels[0, 3 * 4 + 0] == 2 and labels[1, 2 * 4 + 2] == 0
+    assert int((labels != IGNORE).sum()) == 3  # every other patch shows no object's centre
+    shared = object_labels(sample((((0.55, 0.55, "blue ball"), (0.7, 0.7, "red cup")), ())), 4, names)
+    assert bool((shared == IGNORE).all())  # two centres in one patch: it names neither
+    assert bool((object_labels(sample((((0.5, 0.5, "purple cone"),), ())), 4, names) == IGNORE).all())
+    assert bool((object_labels(sample(()), 4, names) == IGNORE).all())
+    with pytest.raises(ValueError, match="outside"):
+        object_labels(sample((((1.0, 0.5, "red cup"),), ())), 4, names)
+
+
+def test_the_patch_heads_learn_and_stay_out_of_the_checkpoint(tmp_path: Path, tiny_preset: ModelConfig) -> None:
+    """The training-only heads' pointing and naming losses fall; the checkpoint holds exactly the weights of a
+    run without the heads (same names and shapes); with weight 0 (or no object names) there is no curve."""
     from safetensors import safe_open
 
-    on = train(small_config(tiny_preset, steps=30, lr=3e-3, warmup_steps=3, grounding_weight=1.0), fake_expert_samples,
-               tmp_path / "on", progress=False)
-    curve = on.history["grounding"]
-    assert len(curve) == 30 and np.mean(curve[-3:]) < 0.7 * np.mean(curve[:3])
-    off = train(small_config(tiny_preset, grounding_weight=0.0), fake_expert_samples, tmp_path / "off", progress=False)
-    assert "grounding" not in off.history
+    names = tuple(f"{c} {k}" for c in COLOURS for k in KINDS)
+    on = train(small_config(tiny_preset, steps=30, lr=3e-3, warmup_steps=3, grounding_weight=1.0, object_names=names),
+               fake_expert_samples, tmp_path / "on", progress=False)
+    for key in ("grounding", "recognition"):
+        curve = on.history[key]
+        assert len(curve) == 30 and np.mean(curve[-3:]) < 0.7 * np.mean(curve[:3]), key
+    off = train(small_config(tiny_preset, grounding_weight=0.0, recognition_weight=0.0, object_names=names),
+                fake_expert_samples, tmp_path / "off", progress=False)
+    assert "grounding" not in off.history and "recognition" not in off.history
+    unnamed = train(small_config(tiny_preset, steps=2), fake_expert_samples, tmp_path / "unnamed", progress=False)
+    assert "recognition" not in unnamed.history and "grounding" in unnamed.history
     shapes = {}
     for name in ("on", "off"):
         with safe_open(str(tmp_path / name / "model.safetensors"), "pt") as f:
@@ -336,9 +363,13 @@ def test_the_grounding_head_learns_to_point_and_stays_out_of_the_checkpoint(tmp_
     assert shapes["on"] == shapes["off"]
     summary = json.loads((tmp_path / "on" / "train_summary.json").read_text())
     assert summary["config"]["grounding_weight"] == 1.0 and "grounding" in summary["final_losses"]
+    assert summary["config"]["object_names"] == list(names) and "recognition" in summary["final_losses"]
 
 
-def test_the_grounding_layer_must_be_a_backbone_layer(tmp_path: Path, tiny_preset: ModelConfig) -> None:
+def test_the_patch_heads_read_layers_of_the_backbone(tmp_path: Path, tiny_preset: ModelConfig) -> None:
+    depth = tiny_preset.backbone.depth
     with pytest.raises(ValueError, match="grounding_layer"):
-        train(small_config(tiny_preset, grounding_weight=1.0, grounding_layer=tiny_preset.backbone.depth), fake_expert_samples, tmp_path, progress=False)
+        train(small_config(tiny_preset, grounding_weight=1.0, grounding_layer=depth), fake_expert_samples, tmp_path, progress=False)
+    with pytest.raises(ValueError, match="recognition_layer"):
+        train(small_config(tiny_preset, recognition_layer=depth), fake_expert_samples, tmp_path, progress=False)
 

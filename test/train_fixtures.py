@@ -27,6 +27,7 @@ class FakeSample:
     texts: dict[str, str]
     target_uvs: tuple[tuple[float, float] | None, ...] = ()  # the square's centre in each view, as fractions
     question: str = ""  # every other sample asks where the object is (texts["ask"] answers), the others nothing
+    object_uvs: tuple[tuple[tuple[float, float, str], ...], ...] = ()  # the square, named, in each view
 
 
 def _centre(size: int, xy: np.ndarray, half: int) -> np.ndarray:
@@ -66,6 +67,8 @@ def _episode(rng: np.random.Generator, horizon: int, control_period_s: float, im
             actions=np.stack(chunk).astype(np.float32),
             instruction=f"pick up the {colour} {kind}",
             target_uvs=tuple(tuple(float(c) / image_size for c in _centre(image_size, xy, half)) for half in (4, 12)),
+            object_uvs=tuple(((*(float(c) / image_size for c in _centre(image_size, xy, half)), f"{colour} {kind}"),)
+                             for half in (4, 12)),
             texts={
                 "language": f"{phase} the {colour} {kind}",
                 "memory": f"the {colour} {kind} is on the table",

@@ -42,7 +42,7 @@ from .phrasing import FAMILIES, phrase
 from .questions import all_answers, answer, draw_question
 from .render import CAMERA_NAMES, render_views, view_fraction
 from .variation import DISTRACTORS, Lighting, absent_name
-from .scene import ARM_JOINTS, COLOURS, JOINT_LOWER, JOINT_NAMES, JOINT_UPPER, STATE_DIM, Scene
+from .scene import ARM_JOINTS, COLOURS, JOINT_LOWER, JOINT_NAMES, JOINT_UPPER, STATE_DIM, Scene, SceneObject
 
 __all__ = [
     "CAMERA_NAMES", "CONTROL_PERIOD_S", "DemoSample", "EVAL_SEED_LIMIT", "HORIZON", "JOINT_NAMES", "STATE_DIM",
@@ -83,6 +83,8 @@ class DemoSample:
     # across, v down) of its width and height; None where it is out of view or the instruction names no object
     target_uvs: tuple[tuple[float, float] | None, ...] = ()
     question: str = ""  # a question about the scene, answered by texts["ask"] ("" = none)
+    # per camera: (u, v, name) of every object whose centre is in view (the recognition loss's labels)
+    object_uvs: tuple[tuple[tuple[float, float, str], ...], ...] = ()
 
 
 def vocabulary(variations: bool = False) -> list[str]:
@@ -138,22 +140,32 @@ def _said(name: str, rng: np.random.Generator) -> str:
     return phrase(name, FAMILIES[1 + int(rng.integers(len(FAMILIES) - 1))], rng, "train")
 
 
+def _centre(obj: SceneObject) -> np.ndarray:
+    return obj.position + np.array([0.0, 0.0, obj.height / 2])
+
+
+def objects_in_view(scene: Scene) -> tuple[tuple[tuple[float, float, str], ...], ...]:
+    """Per camera (CAMERA_NAMES order): (u, v, name) of every object whose centre appears in its image."""
+    return tuple(tuple((*uv, o.name) for o in scene.objects if (uv := view_fraction(scene, camera, _centre(o))) is not None)
+                 for camera in CAMERA_NAMES)  # fmt: skip
+
+
 def _goal_sample(painted: Scene, images: tuple[np.ndarray, ...], goal: int | None, instruction: str, state: np.ndarray,
-                 actions: np.ndarray, name: str | None = None, rng: np.random.Generator | None = None) -> DemoSample:
+                 actions: np.ndarray, name: str | None = None, rng: np.random.Generator | None = None,
+                 seen: tuple[tuple[tuple[float, float, str], ...], ...] = ()) -> DemoSample:
     """A sample of the (painted) scene labelled for ``goal`` (None: the absent object ``name``), with a question
-    about the scene drawn from ``rng``."""
+    about the scene drawn from ``rng``; ``seen``: the scene's ``objects_in_view``."""
     texts = {task: text(painted, goal, name) or "" for task, text in TEXTS.items()}
     uvs: tuple[tuple[float, float] | None, ...] = (None,) * len(CAMERA_NAMES)
     if goal is not None:
-        named = painted.objects[goal]
-        centre = named.position + np.array([0.0, 0.0, named.height / 2])
+        centre = _centre(painted.objects[goal])
         uvs = tuple(view_fraction(painted, camera, centre) for camera in CAMERA_NAMES)
     question = ""
     if rng is not None:
         asked = draw_question(painted, rng)
         question, texts[ASK_TASK] = asked.text, answer(painted, asked)
     return DemoSample(images=images, state=state, actions=actions, instruction=instruction, texts=texts, target_uvs=uvs,
-                      question=question)  # fmt: skip
+                      question=question, object_uvs=seen)  # fmt: skip
 
 
 def tick_samples(episode: SimEpisode, actions: np.ndarray, permutation: np.ndarray | None, image_size: int,
@@ -176,7 +188,8 @@ def tick_samples(episode: SimEpisode, actions: np.ndarray, permutation: np.ndarr
         said = said.replace(scene.objects[target].name, painted.objects[target].name)
     if vary is not None and name:
         said = _said(name, vary)
-    samples = [_goal_sample(painted, images, target, said, episode.state, actions, name, vary)]
+    seen = objects_in_view(painted)
+    samples = [_goal_sample(painted, images, target, said, episode.state, actions, name, vary, seen)]
     if rng is None or scene.held is not None:
         return samples
     for goal in range(len(scene.objects)):
@@ -184,11 +197,11 @@ def tick_samples(episode: SimEpisode, actions: np.ndarray, permutation: np.ndarr
             labels = expert_chunk(scene, goal, horizon, control_period_s)
             goal_name = painted.objects[goal].name
             said = _said(goal_name, vary) if vary is not None else instruction_for(goal_name, int(rng.integers(3)))
-            samples.append(_goal_sample(painted, images, goal, said, episode.state, labels, rng=vary))
+            samples.append(_goal_sample(painted, images, goal, said, episode.state, labels, rng=vary, seen=seen))
     if vary is not None and target is not None and vary.random() < ABSENT_P:
         missing = absent_name(painted, vary)
         still = expert_chunk(scene, None, horizon, control_period_s)
-        samples.append(_goal_sample(painted, images, None, _said(missing, vary), episode.state, still, missing, vary))
+        samples.append(_goal_sample(painted, images, None, _said(missing, vary), episode.state, still, missing, vary, seen))
     return samples
 
 

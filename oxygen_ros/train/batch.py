@@ -21,8 +21,7 @@ import torch
 from torch import Tensor
 
 from .data import TrainingSet, pixels_from_uint8
-
-IGNORE = -100  # label of positions without a text target
+from .grounding import IGNORE  # also the label of positions without a text target
 
 # Token kinds in the joint sequence.
 IMAGE, PROMPT, ACTION, PAD = 0, 1, 2, 3
@@ -40,6 +39,7 @@ class Batch:
     num_image_tokens: int
     flow_samples: int = 1  # K: action-token groups after the prefix, one noise draw each
     target_maps: Tensor | None = None  # float [B, V, P]: per image, where the named object is (data.target_map)
+    object_labels: Tensor | None = None  # long [B, V, P]: per image, the objects its patches show (data.object_labels)
 
     @property
     def size(self) -> int:
@@ -88,7 +88,8 @@ def make_batch(data: TrainingSet, index: Tensor, tokens_per_image: int, pad_id: 
         positions[row, n_img + length :] = torch.arange(prefix_len, prefix_len + horizon).repeat(flow_samples)
     images = pixels_from_uint8(data.pixels[data.image_index[index]].flatten(0, 1))
     targets = data.target_maps[index] if data.target_maps is not None else None
-    return Batch(images, tokens, labels, kinds, positions, data.actions[index], n_img, flow_samples, targets)
+    objects = data.object_labels[index] if data.object_labels is not None else None
+    return Batch(images, tokens, labels, kinds, positions, data.actions[index], n_img, flow_samples, targets, objects)
 
 
 def action_groups(batch: Batch) -> Tensor:

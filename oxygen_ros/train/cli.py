@@ -30,6 +30,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--grounding-weight", type=float, default=d.grounding_weight,
                    help="weight of the grounding loss: a training-only head points at the named object in every "
                    "camera image (0 = off; default %(default)s)")
+    p.add_argument("--recognition-weight", type=float, default=d.recognition_weight,
+                   help="weight of the recognition loss: a training-only head names the object each image patch shows "
+                   "(0 = off; default %(default)s)")
+    p.add_argument("--recognition-layer", type=int, default=d.recognition_layer,
+                   help="backbone layer whose patch tokens the recognition head reads (-1: the image features "
+                   "entering the backbone; default %(default)s)")
     p.add_argument("--flow-samples", type=int, default=d.flow_samples,
                    help="flow-matching noise draws per sample, sharing one prefix forward (default %(default)s)")
     p.add_argument("--ema-decay", type=float, default=d.ema_decay,
@@ -54,8 +60,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.grounding_weight < 0:
-        print("oxygen-train-demo: --grounding-weight must not be negative", file=sys.stderr)
+    if min(args.grounding_weight, args.recognition_weight) < 0:
+        print("oxygen-train-demo: --grounding-weight and --recognition-weight must not be negative", file=sys.stderr)
         return 2
     if min(args.steps, args.samples, args.batch_size, args.flow_samples) < 1:
         print("oxygen-train-demo: --steps, --samples, --batch-size and --flow-samples must be positive", file=sys.stderr)
@@ -65,10 +71,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from oxygen_ros.sim.dagger import policy_samples
     from oxygen_ros.sim.dataset import expert_samples, vocabulary
+    from oxygen_ros.sim.expert import object_names
 
     cfg = TrainConfig(
         steps=args.steps, seed=args.seed, samples=args.samples, data_workers=args.data_workers, batch_size=args.batch_size, lr=args.lr,
-        warmup_steps=min(args.warmup_steps, args.steps), flow_weight=args.flow_weight, text_weight=args.text_weight, grounding_weight=args.grounding_weight, flow_samples=args.flow_samples, ema_decay=args.ema_decay,
+        warmup_steps=min(args.warmup_steps, args.steps), flow_weight=args.flow_weight, text_weight=args.text_weight, grounding_weight=args.grounding_weight,
+        recognition_weight=args.recognition_weight, recognition_layer=args.recognition_layer, object_names=tuple(object_names()), flow_samples=args.flow_samples, ema_decay=args.ema_decay,
         preset=args.preset, dtype=args.dtype, threads=args.threads, save_every=args.save_every, delta_actions=not args.absolute_actions,
         dagger_rounds=args.dagger_rounds, dagger_episodes=args.dagger_episodes, dagger_fresh_samples=args.dagger_samples,
         dagger_steps=args.dagger_steps, dagger_lr=args.dagger_lr, variations=args.variations,

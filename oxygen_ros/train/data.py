@@ -22,11 +22,14 @@ from oxygen_ros.engine import ASK_TASK
 from oxygen_ros.model.prompt import continuation_tokens, format_prompt
 from oxygen_ros.runtime.policy import QUESTION_TEMPLATE, PolicyRuntime
 
+from .grounding import IGNORE
+
 
 class Sample(Protocol):
     """What the simulator's ``oxygen_ros.sim.dataset.DemoSample`` provides (and, optionally, ``target_uvs``:
     per camera image, where the named object appears, as fractions of its width and height, or None; it feeds
-    the grounding loss, see ``grounding.py``)."""
+    the grounding loss, see ``grounding.py``; and ``object_uvs``: per camera image, (u, v, name) of every object
+    whose centre is in view; it feeds the recognition loss)."""
 
     images: tuple[np.ndarray, ...]
     state: np.ndarray
@@ -141,6 +144,9 @@ class TrainingSet:
     # continuation ids (empty: the sample asks nothing, and has no answer)
     question_task: int = -1
     questions: list[torch.Tensor] | None = None
+    # long [N, V, P]: per image, the class (index in the object names) of the object whose centre each patch
+    # shows, IGNORE elsewhere (object_labels); None: built without object names
+    object_labels: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.actions.shape[0]
@@ -166,18 +172,22 @@ class TrainingSet:
             texts=self.texts + other.texts,
             actions=torch.cat([self.actions, other.actions]),
             continuations=self.continuations,
-            target_maps=_cat_maps(self, other),
+            target_maps=_cat_labels(self, other, "target_maps", 0.0),
             question_task=self.question_task,
             questions=None if self.questions is None else self.questions + (other.questions or []),
+            object_labels=_cat_labels(self, other, "object_labels", IGNORE),
         )
 
 
-def _cat_maps(first: TrainingSet, second: TrainingSet) -> torch.Tensor | None:
-    """Both sets' target maps, zeros (no target) for a set built without them; None when neither has any."""
-    shapes = [s.target_maps.shape[1:] for s in (first, second) if s.target_maps is not None]
-    if not shapes:
+def _cat_labels(first: TrainingSet, second: TrainingSet, field: str, empty: float) -> torch.Tensor | None:
+    """Both sets' per-patch labels ``field``, filled with ``empty`` (no label) for a set built without them;
+    None when neither has any."""
+    parts = [getattr(s, field) for s in (first, second)]
+    like = next((t for t in parts if t is not None), None)
+    if like is None:
         return None
-    return torch.cat([s.target_maps if s.target_maps is not None else torch.zeros(len(s), *shapes[0]) for s in (first, second)])
+    return torch.cat([t if t is not None else torch.full((len(s), *like.shape[1:]), empty, dtype=like.dtype)
+                      for s, t in zip((first, second), parts)])  # fmt: skip
 
 
 def target_map(sample: Sample, grid: int) -> torch.Tensor:
@@ -203,6 +213,27 @@ def target_map(sample: Sample, grid: int) -> torch.Tensor:
     return torch.from_numpy(out)
 
 
+def object_labels(sample: Sample, grid: int, names: Sequence[str]) -> torch.Tensor:
+    """long [V, grid²] per camera image: at the patch where an object's centre lies (``object_uvs``), the
+    index of its name in ``names``; IGNORE at every other patch, at a patch holding two centres, and for
+    names not in ``names``."""
+    out = np.full((len(sample.images), grid * grid), IGNORE, dtype=np.int64)
+    for view, seen in enumerate(getattr(sample, "object_uvs", ())):
+        if view >= len(sample.images):
+            raise ValueError(f"object_uvs has {len(sample.object_uvs)} entries for {len(sample.images)} images")  # type: ignore[attr-defined]
+        taken: set[int] = set()
+        for u, v, name in seen:
+            if not (0.0 <= u < 1.0 and 0.0 <= v < 1.0):
+                raise ValueError(f"object_uvs ({u}, {v}) of image {view} lies outside it (fractions in [0, 1) expected)")
+            patch = int(v * grid) * grid + int(u * grid)
+            if patch in taken:  # two objects in one patch: it names neither
+                out[view, patch] = IGNORE
+                continue
+            taken.add(patch)
+            out[view, patch] = names.index(name) if name in names else IGNORE
+    return torch.from_numpy(out)
+
+
 def _neighbours(x: float, grid: int) -> list[tuple[int, float]]:
     """The integers around ``x`` (in [0, grid - 1]) with their linear-interpolation weights."""
     low = int(x)
@@ -222,11 +253,12 @@ def pixels_from_uint8(u: torch.Tensor) -> torch.Tensor:
 
 def build_training_set(
     samples: Sequence[Sample], runtime: PolicyRuntime, task_names: Sequence[str], delta_mask: Sequence[bool] = (),
-    progress: bool = False,
+    progress: bool = False, object_names: Sequence[str] = (),
 ) -> TrainingSet:
     """Preprocess every sample with ``runtime.make_frame``; text targets are ``" " + text`` then EOS; action
-    targets normalized after DeltaActions with ``delta_mask``. Consecutive samples holding the very same image
-    arrays (goal alternatives of one tick) store their pixels once."""
+    targets normalized after DeltaActions with ``delta_mask``; with ``object_names``, the recognition labels.
+    Consecutive samples holding the very same image arrays (goal alternatives of one tick) store their pixels
+    once."""
     norm = runtime.normalizer
     if norm is None:
         raise ValueError("the runtime needs the norm stats of the training data")
@@ -239,7 +271,7 @@ def build_training_set(
         raise ValueError(f"the data has {norm.action_dim} action dims; the model config has {cfg.action_dim}")
     tok = runtime.tokenizer
     grid = cfg.vision.image_size // cfg.vision.patch_size
-    pixels, image_index, prompts, texts, actions, maps, questions = [], [], [], [], [], [], []
+    pixels, image_index, prompts, texts, actions, maps, questions, objects = [], [], [], [], [], [], [], []
     slots: torch.Tensor | None = None
     previous_images: tuple | None = None
     bar = tqdm(samples, desc="preprocessing", disable=not progress, dynamic_ncols=True, leave=False)
@@ -268,6 +300,8 @@ def build_training_set(
                                       dtype=torch.long))  # fmt: skip
         actions.append(norm.normalize_actions(relative_actions(s, delta_mask)))
         maps.append(target_map(s, grid))
+        if object_names:
+            objects.append(object_labels(s, grid, object_names))
     if slots is None:
         raise ValueError("no training samples")
     return TrainingSet(
@@ -281,6 +315,7 @@ def build_training_set(
         target_maps=torch.stack(maps),
         question_task=list(task_names).index(ASK_TASK) if ASK_TASK in task_names else -1,
         questions=questions if ASK_TASK in task_names else None,
+        object_labels=torch.stack(objects) if object_names else None,
     )
 
 

@@ -8,8 +8,9 @@ so training and inference share weights and math. Losses (openpi π0/π0.5 and O
   MSE against the action expert's velocity;
 * next-token cross-entropy on each text task's target after its continuation prompt, averaged per task and
   then over the tasks;
-* optionally the grounding loss (``grounding.py``): a training-only head points, in every camera image, at the
-  patches that show the named object, read after a middle backbone layer.
+* optionally the grounding and recognition losses (``grounding.py``): training-only heads point, in every
+  camera image, at the patches that show the named object, and name the object each patch shows, both read
+  after a middle backbone layer.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from torch import Tensor
 from oxygen_ros.model.vla import Pi05Model
 
 from .batch import FIRST_TASK, IGNORE, Batch, action_groups, attention_mask
-from .grounding import GroundingHead, grounding_loss
+from .grounding import PatchHeads, grounding_loss, recognition_loss
 
 
 @dataclass
@@ -33,6 +34,7 @@ class Losses:
     text: Tensor  # mean next-token cross-entropy over all text targets
     per_task: Tensor | None = None  # [tasks] each task's mean cross-entropy (detached; NaN: no tokens in the batch)
     grounding: Tensor | None = None  # the grounding head's pointing cross-entropy (None: no head)
+    recognition: Tensor | None = None  # the recognition head's cross-entropy over object names (None: no head)
 
 
 def sample_flow_time(batch: int, generator: torch.Generator) -> Tensor:
@@ -55,15 +57,15 @@ def _modulations(model: Pi05Model, times: Tensor) -> tuple[list[tuple[Tensor, Te
 def joint_forward(model: Pi05Model, batch: Batch, x_t: Tensor, times: Tensor) -> tuple[Tensor, Tensor]:
     """Both experts over the whole joint sequence → (text hidden [B, T, Wb] final-normed, velocity [B, K·H, A]);
     x_t [B, K·H, A] holds the K flow samples' noisy chunks, all at the sample's time ``times`` [B]."""
-    text_hidden, velocity, _ = _joint_pass(model, batch, x_t, times, None)
+    text_hidden, velocity, _ = _joint_pass(model, batch, x_t, times, ())
     return text_hidden, velocity
 
 
 def _joint_pass(
-    model: Pi05Model, batch: Batch, x_t: Tensor, times: Tensor, tap_layer: int | None
-) -> tuple[Tensor, Tensor, Tensor | None]:
-    """``joint_forward`` plus the images' patch tokens [B, V, P, Wb] as backbone layer ``tap_layer`` outputs
-    them (None: not kept)."""
+    model: Pi05Model, batch: Batch, x_t: Tensor, times: Tensor, tap_layers: tuple[int, ...]
+) -> tuple[Tensor, Tensor, dict[int, Tensor]]:
+    """``joint_forward`` plus, per layer of ``tap_layers``, the images' patch tokens [B, V, P, Wb] as that
+    backbone layer outputs them (-1: as they enter the backbone)."""
     cfg = model.config
     b = batch.size
     feats = model.multi_modal_projector(model.vision_tower(batch.images.to(model.dtype)))
@@ -72,11 +74,14 @@ def _joint_pass(
     mask = attention_mask(batch.kinds, batch.positions, cfg.prefix_attention == "causal_text", action_groups(batch))
     cos, sin = model.rope.cos_sin(batch.positions, model.dtype)
     layer_mods, final_mod = _modulations(model, times)
-    tapped = None
+    def patches(x: Tensor) -> Tensor:
+        return x[:, : batch.num_image_tokens].reshape(b, -1, cfg.tokens_per_image, x.shape[-1])
+
+    tapped = {-1: patches(xb)} if -1 in tap_layers else {}
     for i, (layer, mods) in enumerate(zip(model.layers, layer_mods)):
         xb, xa = layer.joint(xb, xa, mods, cos, sin, mask)
-        if i == tap_layer:
-            tapped = xb[:, : batch.num_image_tokens].reshape(b, -1, cfg.tokens_per_image, xb.shape[-1])
+        if i in tap_layers:
+            tapped[i] = patches(xb)
     text_hidden, _ = model.norm(xb[:, batch.num_image_tokens :])
     xa, _ = model.action_norm(xa, final_mod)
     return text_hidden, model.action_out_proj(xa).float(), tapped
@@ -84,19 +89,22 @@ def _joint_pass(
 
 def compute_losses(
     model: Pi05Model, batch: Batch, generator: torch.Generator, text_weight: float = 1.0, flow_weight: float = 1.0,
-    grounding: tuple[GroundingHead, int, float] | None = None,
+    heads: PatchHeads | None = None,
 ) -> Losses:
     """Both losses from one joint forward (the prefix is computed once and shared by them and by the batch's
     K flow samples: K noise draws per sample at one flow time, since the time conditions the whole action stream);
-    with ``grounding`` = (head, backbone layer, weight) and the batch's target maps, the grounding loss too."""
+    with ``heads`` and the batch's target maps / object labels, the grounding / recognition losses too."""
     actions = batch.actions.repeat(1, batch.flow_samples, 1)
     noise = torch.randn(actions.shape, generator=generator)
     times = sample_flow_time(batch.size, generator)
     t = times.view(-1, 1, 1)
     x_t = t * noise + (1.0 - t) * actions
     target = noise - actions
-    use_head = grounding is not None and batch.target_maps is not None
-    hidden, velocity, patches = _joint_pass(model, batch, x_t, times, grounding[1] if use_head else None)
+    point_head = heads.grounding if heads is not None and heads.grounding_weight and batch.target_maps is not None else None
+    name_head = heads.recognition if heads is not None and heads.recognition_weight and batch.object_labels is not None else None
+    taps = tuple(layer for head, layer in ((point_head, heads and heads.layer), (name_head, heads and heads.recognition_layer))
+                 if head is not None)  # fmt: skip
+    hidden, velocity, patches = _joint_pass(model, batch, x_t, times, taps)  # type: ignore[arg-type]
     flow = F.mse_loss(velocity, target)
     rows = batch.labels != IGNORE
     logits = model.lm_logits(hidden[rows]).float()
@@ -109,9 +117,11 @@ def compute_losses(
     text = (sums[counts > 0] / counts[counts > 0]).mean()
     per_task = (sums.detach() / counts).masked_fill(counts == 0, float("nan"))
     total = flow_weight * flow + text_weight * text
-    point = None
-    if use_head:
-        head, _, weight = grounding  # type: ignore[misc]
-        point = grounding_loss(head, patches, batch.target_maps)  # type: ignore[arg-type]
-        total = total + weight * point
-    return Losses(total, flow, text, per_task, point)
+    point = named = None
+    if point_head is not None:
+        point = grounding_loss(point_head, patches[heads.layer], batch.target_maps)  # type: ignore[arg-type]
+        total = total + heads.grounding_weight * point  # type: ignore[union-attr]
+    if name_head is not None:
+        named = recognition_loss(name_head, patches[heads.recognition_layer], batch.object_labels)  # type: ignore[arg-type]
+        total = total + heads.recognition_weight * named  # type: ignore[union-attr]
+    return Losses(total, flow, text, per_task, point, named)

@@ -14,28 +14,58 @@ co-trains on. The head is not part of the checkpoint: the served model is the pl
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 
-class GroundingHead(nn.Module):
-    """Per-patch logit "this patch shows the named object" from a backbone hidden state (training only)."""
+IGNORE = -100  # recognition label of a patch that shows no object's centre (or two)
 
-    def __init__(self, width: int, generator: torch.Generator) -> None:
+
+class PatchHead(nn.Module):
+    """Per-patch logits over ``outputs`` classes from a backbone hidden state (training only)."""
+
+    def __init__(self, width: int, generator: torch.Generator, outputs: int = 1) -> None:
         super().__init__()
         # Initialized from its own generator, the global one restored: adding the head changes no other draw.
         with torch.random.fork_rng(devices=[]):
             self.norm = nn.LayerNorm(width)
-            self.score = nn.Linear(width, 1)
+            self.score = nn.Linear(width, outputs)
         with torch.no_grad():
             bound = width**-0.5
             self.score.weight.uniform_(-bound, bound, generator=generator)
             self.score.bias.zero_()
 
     def forward(self, patches: Tensor) -> Tensor:
+        """patches [..., P, W] → logits [..., P, outputs]."""
+        return self.score(self.norm(patches.float()))
+
+
+class GroundingHead(PatchHead):
+    """Per-patch logit "this patch shows the named object"."""
+
+    def forward(self, patches: Tensor) -> Tensor:
         """patches [..., P, W] → logits [..., P]."""
-        return self.score(self.norm(patches.float())).squeeze(-1)
+        return super().forward(patches).squeeze(-1)
+
+
+@dataclass
+class PatchHeads:
+    """The training-only heads on the image patch tokens, with their weights (a head of None or weight 0 is
+    off): the grounding head reads them after backbone layer ``layer``, the recognition head after
+    ``recognition_layer`` (-1: as they enter the backbone, so that the vision tower itself names the objects)."""
+
+    layer: int
+    grounding: GroundingHead | None = None
+    grounding_weight: float = 0.0
+    recognition: PatchHead | None = None
+    recognition_weight: float = 0.0
+    recognition_layer: int = -1
+
+    def parameters(self) -> list[nn.Parameter]:
+        return [p for h in (self.grounding, self.recognition) if h is not None for p in h.parameters()]
 
 
 def grounding_loss(head: GroundingHead, patches: Tensor, maps: Tensor) -> Tensor:
@@ -48,6 +78,16 @@ def grounding_loss(head: GroundingHead, patches: Tensor, maps: Tensor) -> Tensor
     if not bool(has.any()):
         return logits.sum() * 0.0
     return -(targets[has] * F.log_softmax(logits[has], dim=-1)).sum(-1).mean()
+
+
+def recognition_loss(head: PatchHead, patches: Tensor, labels: Tensor) -> Tensor:
+    """Cross-entropy of the object named at each labelled patch: ``patches`` [B, V, P, W], ``labels`` long
+    [B, V, P] (a class, or IGNORE); zero (still in the graph) when no patch is labelled."""
+    logits = head(patches)
+    rows = labels != IGNORE
+    if not bool(rows.any()):
+        return logits.sum() * 0.0
+    return F.cross_entropy(logits[rows], labels[rows])
 
 
 def default_layer(depth: int) -> int:

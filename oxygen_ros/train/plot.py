@@ -28,7 +28,8 @@ def _plot_average(ax, values: list[float], window: int, steps: int, **style: obj
 
 def plot_losses(history: dict[str, list[float]], path: str | Path) -> Path:
     """Flow-matching and text losses per step (raw and a moving average) on log axes, each text task's moving
-    average beside the text loss (``text_<task>`` keys) and the grounding loss (dashed), plus the learning rate."""
+    average beside the text loss (``text_<task>`` keys) and the grounding and recognition losses (dashed), plus the
+    learning rate."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -44,9 +45,9 @@ def plot_losses(history: dict[str, list[float]], path: str | Path) -> Path:
             for i, task in enumerate(k for k in history if k.startswith("text_")):
                 _plot_average(ax, history[task], window, steps, color=f"C{i + 2}", linewidth=0.9,
                               label=task.removeprefix("text_"))
-            if history.get("grounding"):
-                _plot_average(ax, history["grounding"], window, steps, color="C1", linestyle="--", linewidth=0.9,
-                              label="grounding (pointing)")
+            for key, colour, label in (("grounding", "C1", "grounding (pointing)"), ("recognition", "C9", "recognition (naming)")):
+                if history.get(key):
+                    _plot_average(ax, history[key], window, steps, color=colour, linestyle="--", linewidth=0.9, label=label)
         ax.set_yscale("log")
         ax.set_title(title)
         ax.set_xlabel("step")

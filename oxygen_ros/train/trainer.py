@@ -2,7 +2,7 @@
 
 Order of work: expert episodes → norm stats → a SentencePiece tokenizer of the data's vocabulary → a
 ``PolicyRuntime`` around the fresh model (its preprocessing turns every sample into model inputs) →
-AdamW with warm-up and cosine decay on flow-matching + next-token (+ grounding) losses → DAgger rounds (the policy drives,
+AdamW with warm-up and cosine decay on flow-matching + next-token (+ grounding and recognition) losses → DAgger rounds (the policy drives,
 the expert labels what it reaches; each round a short schedule of its own) → checkpoint in the native layout
 (``model.safetensors``, ``config.json``, ``assets/demo/norm_stats.json``) + ``tokenizer.model`` + the loss
 curves. Every random draw comes from the seed, so one seed gives one checkpoint (on one machine).
@@ -35,7 +35,7 @@ from oxygen_ros.runtime.policy import PolicyRuntime
 
 from .batch import make_batch
 from .forward import compute_losses
-from .grounding import GroundingHead, default_layer
+from .grounding import GroundingHead, PatchHead, PatchHeads, default_layer
 from .data import Sample, SampleSource, TrainingSet, build_training_set, collect_samples, compute_norm_stats, text_corpus
 from .plot import plot_losses
 
@@ -72,6 +72,11 @@ class TrainConfig:
     # 0 = off
     grounding_weight: float = 1.0
     grounding_layer: int = -1  # backbone layer it reads (-1: the middle one)
+    # the recognition loss (grounding.py): a training-only head names the object each patch shows, one of
+    # ``object_names`` (the samples' object_uvs); 0 or no names = off
+    recognition_weight: float = 0.5
+    recognition_layer: int = -1  # backbone layer its head reads (-1: the image features entering the backbone)
+    object_names: tuple[str, ...] = ()
     control_period_s: float = 0.2
     preset: str = "demo"
     model: ModelConfig | None = None  # overrides the preset (tests)
@@ -202,7 +207,7 @@ def prepare(
     model = Pi05Model(model_config)
     init_weights(model)
     runtime = PolicyRuntime(runtime_config(cfg, model_config), model, tokenizer, normalizer)
-    data = build_training_set(samples, runtime, cfg.text_task_names(), delta_mask, progress)
+    data = build_training_set(samples, runtime, cfg.text_task_names(), delta_mask, progress, cfg.object_names)
     return runtime, data, stats
 
 
@@ -238,11 +243,13 @@ def train(
     depth = model.config.backbone.depth
     if not 0 <= cfg.grounding_at(depth) < depth:
         raise ValueError(f"grounding_layer {cfg.grounding_layer} is not a layer of the {depth}-layer backbone")
-    head = GroundingHead(model.config.backbone.width, torch.Generator().manual_seed(cfg.seed)) if cfg.grounding_weight else None
+    if not -1 <= cfg.recognition_layer < depth:
+        raise ValueError(f"recognition_layer {cfg.recognition_layer} is not -1 or a layer of the {depth}-layer backbone")
+    heads = patch_heads(cfg, model.config)
     history: dict[str, list[float]] = {"total": [], "flow": [], "text": [], "lr": []}
     save = (lambda m: _save_weights(m, out, stats, cfg.delta_mask(model.config.action_dim))) if cfg.save_every else None
     t1 = time.perf_counter()
-    saved = _optimize(model, data, cfg, cfg, torch.Generator().manual_seed(cfg.seed), history, "train", progress, save, head)
+    saved = _optimize(model, data, cfg, cfg, torch.Generator().manual_seed(cfg.seed), history, "train", progress, save, heads)
     train_seconds = time.perf_counter() - t1
     rounds: list[dict] = []
     on_policy_sets: TrainingSet | None = None  # every round's on-policy samples so far (DAgger aggregates them)
@@ -257,7 +264,7 @@ def train(
                 target.copy_(value)
         t3 = time.perf_counter()
         generator = torch.Generator().manual_seed(_round_seed(cfg, r))
-        saved = _optimize(model, on_policy_sets + fresh if fresh else on_policy_sets, cfg, round_schedule, generator, history, f"dagger {r + 1}", progress, None, head)
+        saved = _optimize(model, on_policy_sets + fresh if fresh else on_policy_sets, cfg, round_schedule, generator, history, f"dagger {r + 1}", progress, None, heads)
         train_seconds += time.perf_counter() - t3
         rounds.append(report)
     model.eval().requires_grad_(False)
@@ -265,6 +272,17 @@ def train(
     result = TrainResult(out, history, len(data), data_seconds, train_seconds, rounds)
     save_outputs(cfg, result, saved, stats)
     return result
+
+
+def patch_heads(cfg: TrainConfig, model_config: ModelConfig) -> PatchHeads | None:
+    """The training-only heads the config asks for, each initialized from its own generator (None: neither)."""
+    width, layer = model_config.backbone.width, cfg.grounding_at(model_config.backbone.depth)
+    point = GroundingHead(width, torch.Generator().manual_seed(cfg.seed)) if cfg.grounding_weight else None
+    names = cfg.recognition_weight and cfg.object_names
+    name = PatchHead(width, torch.Generator().manual_seed(cfg.seed + 1), len(cfg.object_names)) if names else None
+    if point is None and name is None:
+        return None
+    return PatchHeads(layer, point, cfg.grounding_weight, name, cfg.recognition_weight if name else 0.0, cfg.recognition_layer)
 
 
 def _round_seed(cfg: TrainConfig, r: int) -> int:
@@ -297,8 +315,9 @@ def _on_policy_round(
     if progress:
         print(f"DAgger round {r + 1}: the policy solved {got.successes}/{got.episodes} training episodes; "
               f"{len(got.samples)} on-policy samples + {len(fresh)} expert samples", flush=True)  # fmt: skip
-    fresh_set = build_training_set(fresh, runtime, tasks, delta_mask, progress) if fresh else None
-    return build_training_set(got.samples, runtime, tasks, delta_mask, progress), fresh_set, report
+    names = cfg.object_names
+    fresh_set = build_training_set(fresh, runtime, tasks, delta_mask, progress, names) if fresh else None
+    return build_training_set(got.samples, runtime, tasks, delta_mask, progress, names), fresh_set, report
 
 
 def _optimize(
@@ -311,20 +330,19 @@ def _optimize(
     desc: str,
     progress: bool,
     save: Callable[[Pi05Model], None] | None,
-    head: GroundingHead | None = None,
+    heads: PatchHeads | None = None,
 ) -> Pi05Model:
-    """``schedule.steps`` AdamW steps on ``data`` (learning rate from ``schedule``), with the grounding loss
-    when there is a ``head`` (trained along, never saved); returns the model to save: the moving average of the
-    weights (or the weights themselves without one)."""
+    """``schedule.steps`` AdamW steps on ``data`` (learning rate from ``schedule``), with the grounding and
+    recognition losses of ``heads`` (trained along, never saved); returns the model to save: the moving average
+    of the weights (or the weights themselves without one)."""
     model.train().requires_grad_(True)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2] + (list(head.parameters()) if head else [])
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2] + (heads.parameters() if heads else [])
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=schedule.lr, betas=(0.9, 0.95),
     )
     c = model.config
-    grounding = (head, cfg.grounding_at(c.backbone.depth), cfg.grounding_weight) if head is not None else None
     ema = ema_model(model, cfg.ema_decay) if cfg.ema_decay > 0 else None
     saved = model if ema is None else ema.module
     bar = tqdm(range(schedule.steps), desc=desc, disable=not progress, dynamic_ncols=True)
@@ -334,7 +352,7 @@ def _optimize(
             group["lr"] = lr
         index = torch.randint(len(data), (cfg.batch_size,), generator=generator)
         batch = make_batch(data, index, c.tokens_per_image, c.pad_token_id, cfg.flow_samples)
-        losses = compute_losses(model, batch, generator, cfg.text_weight, cfg.flow_weight, grounding)
+        losses = compute_losses(model, batch, generator, cfg.text_weight, cfg.flow_weight, heads)
         optimizer.zero_grad(set_to_none=True)
         losses.total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -348,8 +366,9 @@ def _optimize(
         names = cfg.text_task_names()
         for task, value in zip(names, per_task + [math.nan] * (len(names) - len(per_task))):
             history.setdefault(f"text_{task}", []).append(value)
-        if losses.grounding is not None:
-            history.setdefault("grounding", []).append(float(losses.grounding.detach()))
+        for key, value in (("grounding", losses.grounding), ("recognition", losses.recognition)):
+            if value is not None:
+                history.setdefault(key, []).append(float(value.detach()))
         history["lr"].append(lr)
         bar.set_postfix(flow=f"{history['flow'][-1]:.4f}", text=f"{history['text'][-1]:.3f}", lr=f"{lr:.1e}")
         if save is not None and cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < schedule.steps:
