@@ -89,6 +89,30 @@ def test_expert_chunk_respects_velocity_limits_and_labels_follow_the_state() -> 
     assert subtask_text(scene, None) is None
 
 
+def test_the_memory_note_counts_places_so_the_jitter_never_changes_it() -> None:
+    """Neighbours on the next place of the row and of the column are 15 and 14 cm away: whichever the 1-cm jitter
+    puts nearer, the note names the one in the row; without one there, the one in the column; a diagonal one last."""
+    from oxygen_ros.sim.scene import PLACE_COLUMNS_M, PLACE_ROWS_M, SceneObject
+
+    def scene(places: list[tuple[int, int]], jitter: np.ndarray) -> Scene:
+        kinds = ("cup", "block", "ball", "cup")
+        objects = [SceneObject(c, k, np.array([PLACE_ROWS_M[r] + dx, PLACE_COLUMNS_M[col] + dy, 0.0]))
+                   for (r, col), c, k, (dx, dy) in zip(places, ("red", "blue", "green", "yellow"), kinds, jitter)]
+        return Scene(objects, Scene.random(0).q)
+
+    rng = np.random.default_rng(3)
+    cases = {
+        ((0, 1), (1, 1), (0, 2)): "red cup left of the green ball",  # row beats column
+        ((0, 1), (1, 1), (0, 0)): "red cup right of the green ball",
+        ((0, 1), (0, 0), (0, 2)): "red cup right of the blue block",  # two in the row: the robot's left one
+        ((1, 1), (0, 1), (0, 2)): "red cup behind the blue block",  # column beats diagonal
+        ((0, 0), (1, 1), (0, 2)): "red cup left of the blue block",  # only diagonal and two places away
+    }
+    for places, note in cases.items():
+        for _ in range(20):
+            assert memory_text(scene(list(places), rng.uniform(-0.01, 0.01, (len(places), 2))), 0) == note, places
+
+
 def test_cameras_show_the_objects_and_the_wrist_camera_moves_with_the_arm() -> None:
     scene = Scene.random(5)
     base, wrist = render(scene, "base", 64), render(scene, "wrist", 64)

@@ -21,7 +21,8 @@ import math
 import numpy as np
 
 from .scene import (
-    ARM_JOINTS, COLOURS, GRIPPER_OPEN_M, KINDS, MAX_VELOCITY, Scene, clip_to_limits, inverse_kinematics,
+    ARM_JOINTS, COLOURS, GRIPPER_OPEN_M, KINDS, MAX_VELOCITY, PLACE_COLUMNS_M, PLACE_ROWS_M, Scene, SceneObject,
+    clip_to_limits, inverse_kinematics,
 )  # fmt: skip
 
 SUBTASKS = ("move to the {}", "grasp the {}", "lift the {}")
@@ -75,21 +76,43 @@ def scene_listing(scene: Scene) -> str:
     return ", ".join(o.name for o in order)
 
 
+def place_of(obj: SceneObject) -> tuple[int, int]:
+    """The (row, column) of the grid place nearest to where ``obj`` stands: row 0 near, 1 far; column 0 the
+    robot's left, 1 centre, 2 right (beyond the grid: the next indices on)."""
+    x, y = (float(v) for v in obj.position[:2])
+    row_pitch = PLACE_ROWS_M[1] - PLACE_ROWS_M[0]
+    column_pitch = PLACE_COLUMNS_M[0] - PLACE_COLUMNS_M[1]
+    return round((x - PLACE_ROWS_M[0]) / row_pitch), round((PLACE_COLUMNS_M[0] - y) / column_pitch)
+
+
 def memory_text(scene: Scene, target: int | None, name: str | None = None) -> str | None:
     """Where the named object is relative to its nearest neighbour, from the robot's point of view; when the
-    named object ``name`` is absent, what is there instead."""
+    named object ``name`` is absent, what is there instead.
+
+    Nearest counts places, not centimetres: the neighbour on the next place of the same row (left or right)
+    or of the same column (behind or in front) before a diagonal one, before one two places away; the same
+    row first, then the robot's left side. In metres the first two are 14 and 15 cm away, and the 1-cm
+    jitter would decide between them, which no camera can see."""
     if target is None:
         return scene_listing(scene) if name else None
     if len(scene.objects) < 2:
         return None
     t = scene.objects[target]
-    others = [o for i, o in enumerate(scene.objects) if i != target]
-    other = min(others, key=lambda o: float(np.linalg.norm(o.position[:2] - t.position[:2])))
-    dx, dy = (t.position[:2] - other.position[:2]).tolist()
-    if abs(dy) >= abs(dx):
-        relation = "left of" if dy > 0 else "right of"
-    else:
-        relation = "behind" if dx > 0 else "in front of"
+    row, column = place_of(t)
+
+    def order(o: SceneObject) -> tuple[int, int, int]:
+        r, c = place_of(o)
+        return (r - row) ** 2 + (c - column) ** 2, abs(r - row), c
+
+    other = min((o for i, o in enumerate(scene.objects) if i != target), key=order)
+    r, c = place_of(other)
+    if c != column:
+        relation = "left of" if c > column else "right of"
+    elif r != row:
+        relation = "behind" if row > r else "in front of"
+    else:  # on one place (one is being carried over the other): as the positions say
+        dx, dy = (t.position[:2] - other.position[:2]).tolist()
+        relation = ("left of" if dy > 0 else "right of") if abs(dy) >= abs(dx) else ("behind" if dx > 0 else "in front of")
     return f"{t.name} {relation} the {other.name}"
 
 
