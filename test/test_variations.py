@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from oxygen_ros.engine import ASK_TASK
 from oxygen_ros.sim.cli import build_parser, varied_specs
 from oxygen_ros.sim.episode import EVAL_FAMILIES, EpisodeSpec, SimEpisode
 from oxygen_ros.sim.evaluate import EpisodeResult, EvalSettings, TextRecord, summarize
@@ -142,6 +143,19 @@ def test_summary_reports_each_family_and_keeps_absent_objects_out_of_the_targets
                                                      "memory_accuracy": None, "answer_accuracy": None}  # fmt: skip
     assert summary["success_by_target"] == {plain.target_name: [1, 2]}  # the absent name is not a target here
     assert summary["absent"] == {"episodes": 1, "nothing_lifted": 1}
+
+
+def test_summary_splits_the_answers_by_their_kind() -> None:
+    """A policy that always says "nothing" scores on the questions whose answer is nothing, and the split shows it."""
+    spec = EpisodeSpec.from_seed(10_000)
+    truths = ["nothing", "far left", "red cup", "not here", "nothing", "near centre"]
+    result = _result(spec, True, False, True)
+    result.texts += [TextRecord(ASK_TASK, " nothing", truth, 0) for truth in truths]
+    runtime = SimpleNamespace(config=SimpleNamespace(engine_mode="oxygen", tokens_per_frame=4))
+    summary = summarize([result], runtime, EvalSettings(questions=2))
+    assert summary["answers_by_kind"] == {"not here": [0, 1], "nothing": [2, 2], "object": [0, 1], "place": [0, 2]}
+    assert summary["answer_accuracy"] == pytest.approx(2 / 6)
+    assert "answers_by_kind" not in summarize([result], runtime, EvalSettings())
 
 
 def test_the_gif_captions_an_answer_only_once_the_policy_answered() -> None:

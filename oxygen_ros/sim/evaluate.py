@@ -29,7 +29,7 @@ from oxygen_ros.runtime.trajectory import JointLimits
 
 from .dataset import CONTROL_PERIOD_S, EVAL_SEED_LIMIT
 from .episode import DEFAULT_TIME_LIMIT_S, EpisodeSpec, SimEpisode
-from .questions import ANSWER_MAX_TOKENS, answer, draw_question
+from .questions import ANSWER_MAX_TOKENS, answer, answer_kind, draw_question
 from .scene import JOINT_LOWER, JOINT_NAMES, JOINT_UPPER
 
 DEFAULT_TOKENS_PER_FRAME = 4  # decode steps per tick when the configuration says "fill the slack" (0)
@@ -319,6 +319,15 @@ def _successes_by(results: list[EpisodeResult], key: Callable[[EpisodeResult], s
     return dict(sorted(counts.items()))
 
 
+def _answers_by_kind(results: list[EpisodeResult]) -> dict[str, list[int]]:
+    counts: dict[str, list[int]] = {}
+    for t in (t for r in results for t in r.texts if t.task == ASK_TASK and t.label is not None):
+        row = counts.setdefault(answer_kind(t.label), [0, 0])
+        row[0] += t.correct
+        row[1] += 1
+    return dict(sorted(counts.items()))
+
+
 def _family_rows(results: list[EpisodeResult]) -> dict[str, dict[str, Any]]:
     """Per family: success [successes, episodes] beside the text accuracies (narration alone hides failure)."""
     rows: dict[str, dict[str, Any]] = {}
@@ -351,6 +360,8 @@ def summarize(results: list[EpisodeResult], runtime: PolicyRuntime, settings: Ev
         "narration_accuracy": _ratio([r.accuracy("language") for r in results]),
         "memory_accuracy": _ratio([r.accuracy("memory") for r in results]),
         "answer_accuracy": _ratio([r.accuracy(ASK_TASK) for r in results]) if settings.questions else None,
+        # per kind of true answer: [correct, asked] (a policy that learned only the commonest answer shows here)
+        **({"answers_by_kind": _answers_by_kind(results)} if settings.questions else {}),
         "success_by_family": _family_rows(results),
         # absent named objects: success means nothing was lifted (and the narration should say it is not here)
         "absent": {"episodes": len(absent), "nothing_lifted": sum(r.success for r in absent)},

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .expert import location_text
+from .expert import REACHES, location_text
 from .scene import COLOURS, KINDS, Scene
 
 KINDS_OF_QUESTION = ("where", "left", "right", "held")
@@ -76,6 +76,13 @@ def draw_question(scene: Scene, rng: np.random.Generator, split: str = "train", 
         names = others or names
     about = names[int(rng.integers(len(names)))]
     return Question(kind, text.format(about), about)
+
+
+def answer_kind(text: str) -> str:
+    """What kind of answer a true answer is: "nothing", "not here", "place" ("near left") or "object"."""
+    if text in (NOTHING, NOT_HERE):
+        return text
+    return "place" if text.split(" ", 1)[0] in REACHES else "object"
 
 
 def all_answers() -> list[str]:
