@@ -33,8 +33,8 @@ PHRASINGS = {
 }
 NOTHING = "nothing"
 NOT_HERE = "not here"
-# Tokens an answer may take: the demo tokenizer spells the places letter by letter (" near centre" is 12
-# tokens), so a shorter budget cuts true answers ("near ri") and counts them wrong.
+# Tokens an answer may take: room for a tokenizer that spells words letter by letter (a 384-piece one spelt
+# " near centre" in 12 pieces, and a budget of 8 cut true answers to "near ri"); the demo's takes 2.
 ANSWER_MAX_TOKENS = 16
 SIDE_M = 0.075  # across-the-table distance beyond which an object is to one side of another (half a column)
 

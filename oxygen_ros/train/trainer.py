@@ -54,7 +54,7 @@ def training_tasks() -> list[TaskConfig]:
 
 @dataclass
 class TrainConfig:
-    steps: int = 1800
+    steps: int = 2600
     seed: int = 0
     samples: int = 28000  # expert samples (about 2.2 per control tick with the goal alternatives), generated before training
     data_workers: int = 2  # processes generating them (part of what makes the expert data: keep it fixed); also
