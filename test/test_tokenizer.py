@@ -59,6 +59,20 @@ def test_encode_decode_roundtrip_with_byte_fallback(tok: Tokenizer) -> None:
     assert tok.decode(tok.encode(" leading and  double spaces\n")) == " leading and  double spaces\n"
 
 
+def test_bpe_dropout_segments_one_text_many_ways_and_leaves_the_tokenizer_alone(tok: Tokenizer) -> None:
+    text = "Task: pick up the red block and put it on the blue plate, State: 12 200;"
+    canonical = tok.encode(text)
+    sampled = [tok.sampling(0.3, seed=7).encode(text) for _ in range(2)]
+    assert sampled[0] == sampled[1]  # one seed, one sequence of segmentations
+    many = tok.sampling(0.3, seed=7)
+    segmentations = {tuple(many.encode(text)) for _ in range(20)}
+    assert len(segmentations) > 3 and all(tok.decode(list(ids)) == text for ids in segmentations)
+    assert min(len(ids) for ids in segmentations) >= len(canonical)  # smaller pieces, never bigger ones
+    assert tok.encode(text) == canonical  # the served tokenizer keeps its one segmentation
+    with pytest.raises(ValueError, match="dropout"):
+        tok.sampling(1.0, seed=0)
+
+
 def test_digits_are_split(tok: Tokenizer) -> None:
     pieces = [tok.id_to_piece(i) for i in tok.encode("255")]
     assert pieces == ["2", "5", "5"]

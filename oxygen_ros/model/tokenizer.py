@@ -8,6 +8,7 @@ digits split, no text normalization). Nothing here downloads it: `Tokenizer.from
 from __future__ import annotations
 
 import codecs
+import copy
 import io
 import os
 import random
@@ -38,6 +39,7 @@ class Tokenizer:
     def __init__(self, processor: spm.SentencePieceProcessor, source: str = "<memory>") -> None:
         self._sp = processor
         self.source = source
+        self._dropout = 0.0  # BPE-dropout of encode (``sampling``); 0 = the one canonical segmentation
         self._piece_bytes: dict[int, bytes] = {}
         # SentencePiece drops one leading space from the decoded text when the model adds a dummy prefix on
         # encode (Gemma does not). Probe it instead of parsing the model proto.
@@ -106,12 +108,28 @@ class Tokenizer:
         if problems:
             raise TokenizerError(f"tokenizer {self.source} does not fit the model: " + "; ".join(problems))
 
+    def sampling(self, dropout: float, seed: int) -> "Tokenizer":
+        """This tokenizer with BPE-dropout (Provilkov et al., 2020): each merge is skipped with probability
+        ``dropout``, so one text gets other segmentations into smaller pieces, down to letters. For training
+        inputs only: a model that has seen the small pieces reads a word it never saw whole (spelt in them)
+        instead of meeting pieces it never learned. Seeds SentencePiece's global generator with ``seed``."""
+        if not 0.0 < dropout < 1.0:
+            raise ValueError(f"dropout must be in (0, 1), got {dropout}")
+        spm.set_random_generator_seed(seed)
+        other = copy.copy(self)
+        other._dropout = dropout
+        return other
+
     # ---- encode / decode -----------------------------------------------------------------------------------
     def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
         """Token ids of `text`, optionally with BOS in front and EOS at the end."""
         if not isinstance(text, str):
             raise TypeError(f"encode() takes a str, not {type(text).__name__}")
-        return [int(i) for i in self._sp.encode(text, add_bos=add_bos, add_eos=add_eos)]
+        if self._dropout:
+            ids = self._sp.encode(text, add_bos=add_bos, add_eos=add_eos, enable_sampling=True, alpha=self._dropout, nbest_size=-1)
+        else:
+            ids = self._sp.encode(text, add_bos=add_bos, add_eos=add_eos)
+        return [int(i) for i in ids]
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of `ids`; control tokens (pad/bos/eos) decode to nothing."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
+from contextlib import contextmanager
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -253,10 +254,12 @@ def pixels_from_uint8(u: torch.Tensor) -> torch.Tensor:
 
 def build_training_set(
     samples: Sequence[Sample], runtime: PolicyRuntime, task_names: Sequence[str], delta_mask: Sequence[bool] = (),
-    progress: bool = False, object_names: Sequence[str] = (),
+    progress: bool = False, object_names: Sequence[str] = (), prompt_dropout: float = 0.0, seed: int = 0,
 ) -> TrainingSet:
     """Preprocess every sample with ``runtime.make_frame``; text targets are ``" " + text`` then EOS; action
-    targets normalized after DeltaActions with ``delta_mask``; with ``object_names``, the recognition labels.
+    targets normalized after DeltaActions with ``delta_mask``; with ``object_names``, the recognition labels;
+    with ``prompt_dropout``, the prompts tokenized with that BPE-dropout (``Tokenizer.sampling``, seeded by
+    ``seed``; targets and continuations keep the canonical tokens the model reads and writes when served).
     Consecutive samples holding the very same image arrays (goal alternatives of one tick) store their pixels
     once."""
     norm = runtime.normalizer
@@ -275,10 +278,12 @@ def build_training_set(
     slots: torch.Tensor | None = None
     previous_images: tuple | None = None
     bar = tqdm(samples, desc="preprocessing", disable=not progress, dynamic_ncols=True, leave=False)
+    prompt_tok = tok.sampling(prompt_dropout, seed) if prompt_dropout else tok
     for i, s in enumerate(bar):
         if s.actions.shape != (cfg.action_horizon, cfg.action_dim):
             raise ValueError(f"sample {i}: action chunk {s.actions.shape}, the model needs ({cfg.action_horizon}, {cfg.action_dim})")
-        frame = runtime.make_frame(list(s.images), s.state, s.instruction, stamp_ns=0, frame_seq=0)
+        with _prompts_by(runtime, prompt_tok):
+            frame = runtime.make_frame(list(s.images), s.state, s.instruction, stamp_ns=0, frame_seq=0)
         if slots is None:
             slots = frame.image_mask.cpu()
         elif not torch.equal(slots, frame.image_mask.cpu()):
@@ -317,6 +322,17 @@ def build_training_set(
         questions=questions if ASK_TASK in task_names else None,
         object_labels=torch.stack(objects) if object_names else None,
     )
+
+
+@contextmanager
+def _prompts_by(runtime: PolicyRuntime, tokenizer: Any) -> Iterator[None]:
+    """``runtime.make_frame`` tokenizes its prompts with ``tokenizer`` inside the block."""
+    served = runtime.tokenizer
+    runtime.tokenizer = tokenizer
+    try:
+        yield
+    finally:
+        runtime.tokenizer = served
 
 
 def _target(tok: Any, text: str, eos: int, present: bool) -> torch.Tensor:

@@ -77,6 +77,9 @@ class TrainConfig:
     recognition_weight: float = 0.5
     recognition_layer: int = -1  # backbone layer its head reads (-1: the image features entering the backbone)
     object_names: tuple[str, ...] = ()
+    # BPE-dropout of the training prompts (Tokenizer.sampling): words the data never show whole (typed in capitals,
+    # new verbs) reach the model in pieces it has learned; 0 = the canonical segmentation only
+    prompt_dropout: float = 0.2
     control_period_s: float = 0.2
     preset: str = "demo"
     model: ModelConfig | None = None  # overrides the preset (tests)
@@ -207,7 +210,8 @@ def prepare(
     model = Pi05Model(model_config)
     init_weights(model)
     runtime = PolicyRuntime(runtime_config(cfg, model_config), model, tokenizer, normalizer)
-    data = build_training_set(samples, runtime, cfg.text_task_names(), delta_mask, progress, cfg.object_names)
+    data = build_training_set(samples, runtime, cfg.text_task_names(), delta_mask, progress, cfg.object_names,
+                              cfg.prompt_dropout, cfg.seed)
     return runtime, data, stats
 
 
@@ -315,9 +319,9 @@ def _on_policy_round(
     if progress:
         print(f"DAgger round {r + 1}: the policy solved {got.successes}/{got.episodes} training episodes; "
               f"{len(got.samples)} on-policy samples + {len(fresh)} expert samples", flush=True)  # fmt: skip
-    names = cfg.object_names
-    fresh_set = build_training_set(fresh, runtime, tasks, delta_mask, progress, names) if fresh else None
-    return build_training_set(got.samples, runtime, tasks, delta_mask, progress, names), fresh_set, report
+    names, dropout, seed = cfg.object_names, cfg.prompt_dropout, _round_seed(cfg, r)
+    fresh_set = build_training_set(fresh, runtime, tasks, delta_mask, progress, names, dropout, seed) if fresh else None
+    return build_training_set(got.samples, runtime, tasks, delta_mask, progress, names, dropout, seed), fresh_set, report
 
 
 def _optimize(
