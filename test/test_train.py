@@ -188,6 +188,26 @@ class _Plan:
     positions: torch.Tensor
 
 
+def test_prompt_dropout_varies_only_the_prompt_segmentation(tmp_path: Path, tiny_preset: ModelConfig) -> None:
+    """BPE-dropout gives the training prompts other segmentations of the same text; the text targets keep the
+    canonical tokens the served model writes."""
+    from oxygen_ros.train.data import build_training_set
+
+    runtime, plain, _ = prepare(small_config(tiny_preset, prompt_dropout=0.0), fake_expert_samples, tmp_path)
+    cfg = runtime.model_config
+    samples = collect_samples(fake_expert_samples, 0, 36, cfg.action_horizon, 0.2, cfg.vision.image_size, workers=2)
+    names = TrainConfig().text_task_names()[:3]
+    dropped = build_training_set(samples, runtime, names, prompt_dropout=0.3, seed=1)
+    again = build_training_set(samples, runtime, names, prompt_dropout=0.3, seed=1)
+    canonical = build_training_set(samples, runtime, names)
+    tok = runtime.tokenizer
+    assert all(tok.decode(a.tolist()) == tok.decode(b.tolist()) for a, b in zip(dropped.prompts, canonical.prompts))
+    assert sum(not torch.equal(a, b) for a, b in zip(dropped.prompts, canonical.prompts)) > len(samples) // 4
+    assert all(torch.equal(a, b) for a, b in zip(dropped.prompts, again.prompts))  # one seed, one set
+    assert all(torch.equal(a, b) for x, y in zip(dropped.texts, canonical.texts) for a, b in zip(x, y))
+    assert plain.prompts[0].numel() > 0 and runtime.tokenizer is tok
+
+
 def test_losses_are_finite_and_text_targets_cover_every_task(tmp_path: Path, tiny_preset: ModelConfig) -> None:
     runtime, data, _ = prepare(small_config(tiny_preset), fake_expert_samples, tmp_path)
     cfg = runtime.model.config
