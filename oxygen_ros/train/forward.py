@@ -9,8 +9,8 @@ so training and inference share weights and math. Losses (openpi π0/π0.5 and O
 * next-token cross-entropy on each text task's target after its continuation prompt, averaged per task and
   then over the tasks;
 * optionally the grounding and recognition losses (``grounding.py``): training-only heads point, in every
-  camera image, at the patches that show the named object, and name the object each patch shows, both read
-  after a middle backbone layer.
+  camera image, at the patches that show the named object (read after a middle backbone layer), and name the
+  object each patch shows (read where the image features enter the backbone).
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ def _joint_pass(
     mask = attention_mask(batch.kinds, batch.positions, cfg.prefix_attention == "causal_text", action_groups(batch))
     cos, sin = model.rope.cos_sin(batch.positions, model.dtype)
     layer_mods, final_mod = _modulations(model, times)
+
     def patches(x: Tensor) -> Tensor:
         return x[:, : batch.num_image_tokens].reshape(b, -1, cfg.tokens_per_image, x.shape[-1])
 
@@ -102,9 +103,8 @@ def compute_losses(
     target = noise - actions
     point_head = heads.grounding if heads is not None and heads.grounding_weight and batch.target_maps is not None else None
     name_head = heads.recognition if heads is not None and heads.recognition_weight and batch.object_labels is not None else None
-    taps = tuple(layer for head, layer in ((point_head, heads and heads.layer), (name_head, heads and heads.recognition_layer))
-                 if head is not None)  # fmt: skip
-    hidden, velocity, patches = _joint_pass(model, batch, x_t, times, taps)  # type: ignore[arg-type]
+    taps = ((heads.layer,) if point_head else ()) + ((heads.recognition_layer,) if name_head else ())  # type: ignore[union-attr]
+    hidden, velocity, patches = _joint_pass(model, batch, x_t, times, taps)
     flow = F.mse_loss(velocity, target)
     rows = batch.labels != IGNORE
     logits = model.lm_logits(hidden[rows]).float()
