@@ -73,6 +73,20 @@ def test_bpe_dropout_segments_one_text_many_ways_and_leaves_the_tokenizer_alone(
         tok.sampling(1.0, seed=0)
 
 
+def test_an_uncased_tokenizer_reads_capitals_as_lower_case_and_writes_the_same_file_twice(tmp_path: Path) -> None:
+    folded = train_tokenizer(tmp_path / "a.model", vocab_size=512, fold_case=True)
+    train_tokenizer(tmp_path / "b.model", vocab_size=512, fold_case=True)
+    assert (tmp_path / "a.model").read_bytes() == (tmp_path / "b.model").read_bytes()
+    text = "Task: pick up the red block, State: 12 200;\nAction: "
+    for typed in (text.upper(), text.title(), text):
+        assert folded.encode(typed) == folded.encode(text)
+    assert folded.decode(folded.encode("PICK the Café CUP 🤖")) == "pick the café cup 🤖"  # ASCII only is folded
+    cased = Tokenizer.from_file(tmp_path / "a.model")  # the rule travels inside the model file
+    assert cased.encode("RED") == folded.encode("red")
+    plain = train_tokenizer(tmp_path / "c.model", vocab_size=512)
+    assert plain.encode("RED") != plain.encode("red") and plain.decode(plain.encode("RED")) == "RED"
+
+
 def test_digits_are_split(tok: Tokenizer) -> None:
     pieces = [tok.id_to_piece(i) for i in tok.encode("255")]
     assert pieces == ["2", "5", "5"]

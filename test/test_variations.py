@@ -14,7 +14,7 @@ from oxygen_ros.engine import ASK_TASK
 from oxygen_ros.sim.cli import build_parser, varied_specs
 from oxygen_ros.sim.episode import EVAL_FAMILIES, EpisodeSpec, SimEpisode
 from oxygen_ros.sim.evaluate import EpisodeResult, EvalSettings, TextRecord, summarize
-from oxygen_ros.sim.phrasing import FAMILIES, POLITE, VERBS, phrase, target_in
+from oxygen_ros.sim.phrasing import FAMILIES, POLITE, VERBS, made_up_word, phrase, target_in, with_filler
 from oxygen_ros.model.tokenizer import Tokenizer
 from oxygen_ros.sim.questions import ANSWER_MAX_TOKENS, NOTHING, NOT_HERE, Question, all_answers, answer
 from oxygen_ros.sim.scene import Scene
@@ -43,6 +43,21 @@ def test_held_out_words_are_not_in_the_training_split() -> None:
     held = {phrase("red cup", "verb_synonym", rng, "held_out") for _ in range(200)}
     train = {phrase("red cup", "verb_synonym", rng, "train") for _ in range(200)}
     assert held - train and not train - held
+
+
+def test_a_filler_word_is_one_made_up_word_that_never_splits_the_name() -> None:
+    rng = np.random.default_rng(2)
+    words = [made_up_word(rng) for _ in range(300)]
+    assert all(w.isalpha() and w.islower() and 2 <= len(w) <= 8 for w in words) and len(set(words)) > 250
+    at_start = 0
+    for _ in range(300):
+        said = phrase("blue cup", "typed", rng)
+        filled = with_filler(said, rng)
+        assert target_in(filled) == "blue cup", filled  # the colour still stands right before the kind
+        added = [w for w in filled.split() if w not in said.split()]
+        assert len(filled.split()) == len(said.split()) + 1 and len(added) == 1, (said, filled)
+        at_start += filled.split()[0] == added[0]
+    assert 0 < at_start < 300  # anywhere a word may go, the start included
 
 
 def test_families_vary_one_thing_and_plain_is_the_seed_episode() -> None:

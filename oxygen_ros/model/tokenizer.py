@@ -12,11 +12,13 @@ import copy
 import io
 import os
 import random
+import string
 import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2
 
 # PaliGemma / Gemma special ids.
 PAD_ID = 0
@@ -313,18 +315,49 @@ def robot_corpus(num_sentences: int = 600, seed: int = 0) -> list[str]:
     return out
 
 
-def train_tokenizer(path: str | os.PathLike[str], vocab_size: int, corpus: Iterable[str] | None = None) -> Tokenizer:
+def train_tokenizer(
+    path: str | os.PathLike[str], vocab_size: int, corpus: Iterable[str] | None = None, fold_case: bool = False
+) -> Tokenizer:
     """Train a small BPE SentencePiece model with the PaliGemma special-id layout and write it to `path`.
 
     pad=0, eos=1, bos=2, unk=3, byte fallback, split digits, identity normalization and no dummy prefix, as
     in Gemma's tokenizer. Single-threaded over an unshuffled corpus, so the same inputs give the same file.
     `vocab_size` must be above 260 (specials + 256 byte pieces + the corpus' characters).
+    `fold_case`: the model's normalizer maps ASCII capitals to lower case (an uncased tokenizer: "PICK" and
+    "pick" are the same pieces, and decoded text is lower case); everything else stays identity.
     """
     sentences = [s for s in (robot_corpus() if corpus is None else corpus) if s]
     if not sentences:
         raise TokenizerError("cannot train a tokenizer on an empty corpus")
     path = Path(path)
     model = io.BytesIO()
+    with tempfile.TemporaryDirectory() as tmp:
+        normalization = {"normalization_rule_name": "identity"}
+        if fold_case:  # SentencePiece's own rule format: source and target code points in hex, tab-separated
+            rules = Path(tmp) / "fold_case.tsv"
+            rules.write_text("".join(f"{ord(c):x}\t{ord(c.lower()):x}\n" for c in string.ascii_uppercase))
+            normalization = {"normalization_rule_tsv": str(rules)}
+        _train_spm(sentences, model, vocab_size, normalization, path)
+    data = model.getvalue()
+    if fold_case:  # the proto records the rule file's (temporary) path: drop it, so the same inputs give the same file
+        proto = sentencepiece_model_pb2.ModelProto()
+        proto.ParseFromString(data)
+        proto.normalizer_spec.ClearField("normalization_rule_tsv")
+        data = proto.SerializeToString()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Write atomically so a concurrent reader never sees half a model.
+    fd, tmp_path = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp_path, path)
+    except BaseException:
+        Path(tmp_path).unlink(missing_ok=True)
+        raise
+    return Tokenizer.from_bytes(data, source=str(path))
+
+
+def _train_spm(sentences: list[str], model: io.BytesIO, vocab_size: int, normalization: dict[str, str], path: Path) -> None:
     try:
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(sentences),
@@ -337,7 +370,7 @@ def train_tokenizer(path: str | os.PathLike[str], vocab_size: int, corpus: Itera
             unk_id=UNK_ID,
             byte_fallback=True,
             split_digits=True,
-            normalization_rule_name="identity",
+            **normalization,
             add_dummy_prefix=False,
             remove_extra_whitespaces=False,
             allow_whitespace_only_pieces=True,
@@ -350,15 +383,3 @@ def train_tokenizer(path: str | os.PathLike[str], vocab_size: int, corpus: Itera
         )
     except Exception as exc:  # sentencepiece reports bad sizes as RuntimeError with its own text
         raise TokenizerError(f"training a {vocab_size}-piece tokenizer for {path} failed: {exc}") from exc
-    data = model.getvalue()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Write atomically so a concurrent reader never sees half a model.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return Tokenizer.from_bytes(data, source=str(path))

@@ -38,7 +38,7 @@ from oxygen_ros.runtime.trajectory import trajectory_points
 
 from .episode import EpisodeSpec, SimEpisode
 from .expert import all_texts, expert_chunk, instruction_for, location_text, memory_text, subtask_index, subtask_text
-from .phrasing import FAMILIES, phrase
+from .phrasing import FAMILIES, phrase, with_filler
 from .questions import all_answers, answer, draw_question
 from .render import CAMERA_NAMES, render_views, view_fraction
 from .variation import DISTRACTORS, Lighting, absent_name
@@ -67,6 +67,7 @@ GRIPPER_NOISE_M = 0.02
 DROP_CHUNK_P = 0.08
 DETOUR_P = 0.4  # episodes whose robot first heads for another object, labelled with the way to the named one
 PLAIN_P = 0.3  # samples whose instruction is a plain template; the others draw a phrasing family (phrasing.py)
+FILLER_P = 0.3  # phrased instructions that also get a made-up word (phrasing.with_filler)
 LIGHTING_P = 0.7  # ticks whose images are lit differently (variation.Lighting.random, per camera)
 DISTRACTOR_P = 0.3  # episodes with a distractor of the named object's colour or kind
 ABSENT_P = 0.3  # ticks (holding nothing) that also yield a sample naming an absent object: stay, say so
@@ -134,10 +135,12 @@ def _painted(scene: Scene, permutation: np.ndarray | None) -> Scene:
 
 
 def _said(name: str, rng: np.random.Generator) -> str:
-    """An instruction naming ``name``: a plain template, or often a phrasing family's."""
+    """An instruction naming ``name``: a plain template, or often a phrasing family's, some with a made-up
+    word in it."""
     if rng.random() < PLAIN_P:
         return instruction_for(name, int(rng.integers(3)))
-    return phrase(name, FAMILIES[1 + int(rng.integers(len(FAMILIES) - 1))], rng, "train")
+    said = phrase(name, FAMILIES[1 + int(rng.integers(len(FAMILIES) - 1))], rng, "train")
+    return with_filler(said, rng) if rng.random() < FILLER_P else said
 
 
 def _centre(obj: SceneObject) -> np.ndarray:

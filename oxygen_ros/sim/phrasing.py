@@ -104,6 +104,29 @@ def phrase(name: str, family: str, rng: np.random.Generator, split: str = "train
     return text
 
 
+# English letter frequencies (per mille), so made-up words break into the pieces real unseen words break into
+_LETTER_FREQ = np.array([82, 15, 28, 43, 127, 22, 20, 61, 70, 2, 8, 40, 24, 67, 75, 19, 1, 60, 63, 91, 28, 10, 24, 2, 20, 1],
+                        dtype=np.float64)  # fmt: skip
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def made_up_word(rng: np.random.Generator) -> str:
+    """A word of 2 to 8 random letters drawn with their English frequencies: a stand-in for any word the
+    data never show."""
+    letters = rng.choice(len(_LETTERS), size=int(rng.integers(2, 9)), p=_LETTER_FREQ / _LETTER_FREQ.sum())
+    return "".join(_LETTERS[i] for i in letters)
+
+
+def with_filler(text: str, rng: np.random.Generator) -> str:
+    """``text`` with a made-up word at a random word boundary, never between an object's colour and kind, so a
+    policy trained on it learns that words it does not know name nothing (training data only)."""
+    words = text.split(" ")  # extra spaces give empty words: a boundary's word before it is the last non-empty one
+    before = [next((w for w in reversed(words[:i]) if w), "") for i in range(len(words) + 1)]
+    places = [i for i, w in enumerate(before) if w.strip(",.!?;").lower() not in COLOURS]
+    at = places[int(rng.integers(len(places)))]
+    return " ".join(words[:at] + [made_up_word(rng)] + words[at:])
+
+
 def family_phrases(family: str, split: str = "train") -> Callable[[str, np.random.Generator], str]:
     """``phrase`` bound to a family and split: name, rng → instruction."""
     return lambda name, rng: phrase(name, family, rng, split)

@@ -39,6 +39,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prompt-dropout", type=float, default=d.prompt_dropout,
                    help="BPE-dropout of the training prompts: each merge skipped with this probability, so words typed "
                    "in ways the data never show whole still reach the model in learned pieces (0 = off; default %(default)s)")
+    p.add_argument("--fold-case", action=argparse.BooleanOptionalAction, default=d.fold_case,
+                   help="an uncased tokenizer: capitals read and train as lower case (default: on)")
     p.add_argument("--flow-samples", type=int, default=d.flow_samples,
                    help="flow-matching noise draws per sample, sharing one prefix forward (default %(default)s)")
     p.add_argument("--ema-decay", type=float, default=d.ema_decay,
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = TrainConfig(
         steps=args.steps, seed=args.seed, samples=args.samples, data_workers=args.data_workers, batch_size=args.batch_size, lr=args.lr,
         warmup_steps=min(args.warmup_steps, args.steps), flow_weight=args.flow_weight, text_weight=args.text_weight, grounding_weight=args.grounding_weight,
-        recognition_weight=args.recognition_weight, recognition_layer=args.recognition_layer, prompt_dropout=args.prompt_dropout, object_names=tuple(object_names()), flow_samples=args.flow_samples, ema_decay=args.ema_decay,
+        recognition_weight=args.recognition_weight, recognition_layer=args.recognition_layer, prompt_dropout=args.prompt_dropout, fold_case=args.fold_case, object_names=tuple(object_names()), flow_samples=args.flow_samples, ema_decay=args.ema_decay,
         preset=args.preset, dtype=args.dtype, threads=args.threads, save_every=args.save_every, delta_actions=not args.absolute_actions,
         dagger_rounds=args.dagger_rounds, dagger_episodes=args.dagger_episodes, dagger_fresh_samples=args.dagger_samples,
         dagger_steps=args.dagger_steps, dagger_lr=args.dagger_lr, variations=args.variations,

@@ -81,6 +81,8 @@ class TrainConfig:
     # new verbs) reach the model in pieces it has learned; 0 = the canonical segmentation only (the committed
     # recipe: its one chain at 0.2 lost the closed loop, docs/training.md)
     prompt_dropout: float = 0.0
+    # an uncased tokenizer (train_tokenizer's fold_case): "PICK UP THE RED CUP" reads as the lower-case prompt
+    fold_case: bool = True
     control_period_s: float = 0.2
     preset: str = "demo"
     model: ModelConfig | None = None  # overrides the preset (tests)
@@ -206,7 +208,7 @@ def prepare(
     normalizer = Normalizer(stats, mode="quantile")
     # The data's own strings plus the built-in robotics corpus, so the vocabulary size is always reachable.
     corpus = text_corpus(samples, normalizer, [t.prompt for t in cfg.tasks], vocabulary) + robot_corpus()
-    tokenizer = train_tokenizer(out_dir / TOKENIZER_FILE, model_config.vocab_size, corpus)
+    tokenizer = train_tokenizer(out_dir / TOKENIZER_FILE, model_config.vocab_size, corpus, cfg.fold_case)
     torch.manual_seed(cfg.seed)
     model = Pi05Model(model_config)
     init_weights(model)
