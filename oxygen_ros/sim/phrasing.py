@@ -9,7 +9,8 @@ marks), so an evaluation covers both learned and new phrasings. Kind synonyms ar
 ...): a policy cannot guess a word it never saw, so both splits share them.
 
 `target_in` reads the object an instruction names back (case, punctuation, spacing and kind synonyms
-ignored), for instructions given as free text.
+ignored), for instructions given as free text. `with_filler` puts a made-up word into an instruction, for
+the training data only: a stand-in for every word a user may type that the data never show.
 """
 
 from __future__ import annotations
