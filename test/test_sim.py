@@ -12,7 +12,7 @@ from oxygen_ros.sim.dataset import (
 )  # fmt: skip
 from oxygen_ros.sim.episode import EpisodeSpec, SimEpisode
 from oxygen_ros.sim.evaluate import eval_specs
-from oxygen_ros.sim.expert import SUBTASKS, expert_chunk, memory_text, object_names, subtask_text, track
+from oxygen_ros.sim.expert import SUBTASKS, expert_chunk, memory_neighbour, memory_text, object_names, subtask_text, track
 from oxygen_ros.sim.phrasing import target_in
 from oxygen_ros.sim.render import render
 from oxygen_ros.runtime.trajectory import trajectory_points
@@ -110,7 +110,11 @@ def test_the_memory_note_counts_places_so_the_jitter_never_changes_it() -> None:
     }
     for places, note in cases.items():
         for _ in range(20):
-            assert memory_text(scene(list(places), rng.uniform(-0.01, 0.01, (len(places), 2))), 0) == note, places
+            table = scene(list(places), rng.uniform(-0.01, 0.01, (len(places), 2)))
+            assert memory_text(table, 0) == note, places
+            assert note.endswith(table.objects[memory_neighbour(table, 0)].name)  # what the note's pointing reads
+    alone = scene([(0, 1)], np.zeros((1, 2)))
+    assert memory_neighbour(alone, 0) is None and memory_text(alone, 0) is None
 
 
 def test_cameras_show_the_objects_and_the_wrist_camera_moves_with_the_arm() -> None:
@@ -351,6 +355,39 @@ def test_target_uvs_are_where_the_named_object_is_drawn_in_each_view() -> None:
     scene = episode.scene
     nothing = _goal_sample(scene, samples[0].images, None, "pick up the purple cup", episode.state, samples[0].actions)
     assert nothing.target_uvs == (None, None)
+
+
+def test_text_uvs_point_where_the_texts_objects_are() -> None:
+    """Each sample's ``text_uvs`` (the pointing loss's labels): the memory note's second read is where its
+    neighbour appears (the object its note ends with), the question's reads where the object it is about and
+    the object its answer names appear, each as that object's ``target_uvs`` would be; a sample naming an
+    absent object has no memory reads."""
+    from oxygen_ros.sim.dataset import episode_samples
+
+    def uvs_of(sample, name: str):  # noqa: ANN001, ANN202
+        return tuple(next(((u, v) for u, v, n in seen if n == name), None) for seen in sample.object_uvs)
+
+    counted = {"memory": 0, "about": 0, "answer": 0, "absent": 0}
+    for sample in itertools.islice(episode_samples(TRAIN_SEED_BASE + 7, 10, 0.2, 64, variations=True), 80):
+        reads = sample.text_uvs
+        if target_in(sample.instruction) is None or sample.texts["memory"].count(",") or "memory" not in reads:
+            assert "memory" not in reads
+            counted["absent"] += 1
+        else:
+            first, second = reads["memory"]
+            assert first == () and second == uvs_of(sample, sample.texts["memory"].split(" the ")[-1])
+            counted["memory"] += 1
+        about, named = reads["ask"]
+        for uvs in (about, named):
+            assert uvs == () or len(uvs) == 2
+        if about:
+            counted["about"] += 1
+            assert any(uv is not None for uv in about)
+        if named and sample.texts["ask"] not in ("nothing", "not here") and " " in sample.texts["ask"]:
+            if sample.texts["ask"].split()[0] not in ("near", "far"):
+                assert named == uvs_of(sample, sample.texts["ask"])
+                counted["answer"] += 1
+    assert min(counted.values()) > 0, counted
 
 
 def test_object_uvs_list_every_object_in_view_where_the_grounding_labels_put_it() -> None:

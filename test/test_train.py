@@ -368,12 +368,12 @@ def test_the_patch_heads_learn_and_stay_out_of_the_checkpoint(tmp_path: Path, ti
     names = tuple(f"{c} {k}" for c in COLOURS for k in KINDS)
     on = train(small_config(tiny_preset, steps=30, lr=3e-3, warmup_steps=3, grounding_weight=1.0, object_names=names),
                fake_expert_samples, tmp_path / "on", progress=False)
-    for key in ("grounding", "recognition"):
+    for key in ("grounding", "recognition", "pointing"):
         curve = on.history[key]
         assert len(curve) == 30 and np.mean(curve[-3:]) < 0.7 * np.mean(curve[:3]), key
-    off = train(small_config(tiny_preset, grounding_weight=0.0, recognition_weight=0.0, object_names=names),
-                fake_expert_samples, tmp_path / "off", progress=False)
-    assert "grounding" not in off.history and "recognition" not in off.history
+    off = train(small_config(tiny_preset, grounding_weight=0.0, recognition_weight=0.0, pointing_weight=0.0,
+                             object_names=names), fake_expert_samples, tmp_path / "off", progress=False)  # fmt: skip
+    assert not {"grounding", "recognition", "pointing"} & set(off.history)
     unnamed = train(small_config(tiny_preset, steps=2), fake_expert_samples, tmp_path / "unnamed", progress=False)
     assert "recognition" not in unnamed.history and "grounding" in unnamed.history
     shapes = {}
@@ -386,10 +386,57 @@ def test_the_patch_heads_learn_and_stay_out_of_the_checkpoint(tmp_path: Path, ti
     assert summary["config"]["object_names"] == list(names) and "recognition" in summary["final_losses"]
 
 
+def test_the_pointing_loss_is_the_served_attention_on_the_texts_objects(tmp_path: Path, tiny_preset: ModelConfig) -> None:
+    """The pointing loss equals the cross-entropy, against the read maps, of head 0's attention probabilities
+    as the joint forward computes them (its own queries, keys and mask, captured in the attention call) at
+    each task's last prompt token: the first read in the middle layer, the second in the last."""
+    import oxygen_ros.model.mot as mot
+    from oxygen_ros.train.grounding import PatchHeads
+    from oxygen_ros.train.pointing import default_layers
+
+    model_config = dataclasses.replace(tiny_preset, backbone=dataclasses.replace(tiny_preset.backbone, depth=3),
+                                       expert=dataclasses.replace(tiny_preset.expert, depth=3))  # fmt: skip
+    runtime, data, _ = prepare(small_config(model_config, variations=True), fake_expert_samples, tmp_path)
+    model, cfg = runtime.model, runtime.model.config
+    assert data.read_maps is not None and data.read_maps.shape[1:3] == (len(data.continuations), 2)
+    batch = make_batch(data, torch.arange(8), cfg.tokens_per_image, cfg.pad_token_id)
+    for row in range(8):  # each read row is the last token of its task's prompt (the question's, for "ask")
+        for k, at in enumerate(batch.read_rows[row].tolist()):
+            if at >= 0:
+                assert batch.tokens[row, at - batch.num_image_tokens] == data.continuation(row, k)[-1]
+    calls = []
+    served = mot.attend
+    mot.attend = lambda q, k, v, mask, bias=None: calls.append((q, k, mask)) or served(q, k, v, mask, bias)
+    try:
+        heads = PatchHeads(layer=0, pointing_weight=1.0, pointing_layers=default_layers(3))
+        with torch.no_grad():
+            losses = compute_losses(model, batch, torch.Generator().manual_seed(0), heads=heads)
+    finally:
+        mot.attend = served
+    assert heads.pointing_layers == (1, 2) and len(calls) == 3
+    expected = []
+    for hop, layer in enumerate(heads.pointing_layers):
+        q, k, mask = calls[layer]
+        scores = torch.einsum("bqd,bkd->bqk", q[:, :, 0], k[:, :, 0]) / cfg.backbone.head_dim**0.5
+        probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+        terms = []
+        for row in range(8):
+            for k_task, at in enumerate(batch.read_rows[row].tolist()):
+                target = batch.read_maps[row, k_task, hop].flatten()
+                if at >= 0 and target.sum() > 0:
+                    p = probs[row, at, : target.numel()]
+                    terms.append(-(target / target.sum() * p.log()).sum())
+        assert terms
+        expected.append(torch.stack(terms).mean())
+    torch.testing.assert_close(losses.pointing, torch.stack(expected).mean(), rtol=1e-4, atol=1e-5)
+
+
 def test_the_patch_heads_read_layers_of_the_backbone(tmp_path: Path, tiny_preset: ModelConfig) -> None:
     depth = tiny_preset.backbone.depth
     with pytest.raises(ValueError, match="grounding_layer"):
         train(small_config(tiny_preset, grounding_weight=1.0, grounding_layer=depth), fake_expert_samples, tmp_path, progress=False)
     with pytest.raises(ValueError, match="recognition_layer"):
         train(small_config(tiny_preset, recognition_layer=depth), fake_expert_samples, tmp_path, progress=False)
+    with pytest.raises(ValueError, match="pointing_layers"):
+        train(small_config(tiny_preset, pointing_layers=(0, depth)), fake_expert_samples, tmp_path, progress=False)
 

@@ -16,7 +16,7 @@ from oxygen_ros.sim.episode import EVAL_FAMILIES, EpisodeSpec, SimEpisode
 from oxygen_ros.sim.evaluate import EpisodeResult, EvalSettings, TextRecord, summarize
 from oxygen_ros.sim.phrasing import FAMILIES, POLITE, VERBS, made_up_word, phrase, target_in, with_filler
 from oxygen_ros.model.tokenizer import Tokenizer
-from oxygen_ros.sim.questions import ANSWER_MAX_TOKENS, NOTHING, NOT_HERE, Question, all_answers, answer
+from oxygen_ros.sim.questions import ANSWER_MAX_TOKENS, NOTHING, NOT_HERE, Question, all_answers, answer, objects_read
 from oxygen_ros.sim.scene import Scene
 from oxygen_ros.sim.variation import Lighting, absent_name, add_distractor, adjust
 
@@ -119,6 +119,28 @@ def test_questions_have_true_answers() -> None:
     assert answer(scene, Question("held", "", None)) == NOTHING
     assert answer(scene, Question("where", "", "purple cup")) == NOT_HERE
     assert answer(scene, Question("where", "", left_most.name)).endswith("left")
+
+
+def test_a_question_reads_the_object_it_is_about_then_the_one_its_answer_names() -> None:
+    """The pointing loss's targets: "where" reads its object twice (its place is the answer), "left of" and
+    "right of" the object, then the one the answer names (none for "nothing"); the gripper and absent objects
+    read none."""
+    kinds = {"object": 0, "nothing": 0}
+    for seed in range(10_000, 10_030):
+        scene = Scene.random(seed, 4)
+        for o in scene.objects:
+            assert objects_read(scene, Question("where", "", o.name)) == (scene.find(o.name),) * 2
+            for side in ("left", "right"):
+                question = Question(side, "", o.name)
+                about, named = objects_read(scene, question)
+                assert about == scene.find(o.name)
+                truth = answer(scene, question)
+                assert (named is None) == (truth == NOTHING)
+                assert named is None or scene.objects[named].name == truth
+                kinds["nothing" if named is None else "object"] += 1
+        assert objects_read(scene, Question("held", "", None)) == (None, None)
+        assert objects_read(scene, Question("left", "", absent_name(scene, np.random.default_rng(seed)))) == (None, None)
+    assert min(kinds.values()) > 50
 
 
 def test_every_true_answer_fits_the_answer_budget_of_the_eval_and_the_demo() -> None:

@@ -8,7 +8,7 @@ object and the phase. Enough structure for a few training steps to lower both lo
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -28,6 +28,9 @@ class FakeSample:
     target_uvs: tuple[tuple[float, float] | None, ...] = ()  # the square's centre in each view, as fractions
     question: str = ""  # every other sample asks where the object is (texts["ask"] answers), the others nothing
     object_uvs: tuple[tuple[tuple[float, float, str], ...], ...] = ()  # the square, named, in each view
+    # per text task, per read: where the object its text looks at is (the square: the memory note's second read,
+    # both reads of the question)
+    text_uvs: dict[str, tuple[tuple[tuple[float, float] | None, ...], ...]] = field(default_factory=dict)
 
 
 def _centre(size: int, xy: np.ndarray, half: int) -> np.ndarray:
@@ -55,6 +58,7 @@ def _episode(rng: np.random.Generator, horizon: int, control_period_s: float, im
     target = np.concatenate([xy * 2 - 1, [0.5, -0.3, 1.0]]).astype(np.float32)
     state = rng.uniform(-0.2, 0.2, size=STATE_DIM).astype(np.float32)
     rate = 0.3 * control_period_s / 0.2
+    uvs = tuple(tuple(float(c) / image_size for c in _centre(image_size, xy, half)) for half in (4, 12))
     for step in range(STEPS):
         phase = "move to" if step < STEPS // 2 else "grasp"
         chunk, s = [], state.copy()
@@ -66,7 +70,7 @@ def _episode(rng: np.random.Generator, horizon: int, control_period_s: float, im
             state=state.copy(),
             actions=np.stack(chunk).astype(np.float32),
             instruction=f"pick up the {colour} {kind}",
-            target_uvs=tuple(tuple(float(c) / image_size for c in _centre(image_size, xy, half)) for half in (4, 12)),
+            target_uvs=uvs,
             object_uvs=tuple(((*(float(c) / image_size for c in _centre(image_size, xy, half)), f"{colour} {kind}"),)
                              for half in (4, 12)),
             texts={
@@ -76,5 +80,6 @@ def _episode(rng: np.random.Generator, horizon: int, control_period_s: float, im
                 **({"ask": "on the left" if xy[0] < 0.5 else "on the right"} if step % 2 else {}),
             },
             question=f"where is the {colour} {kind}?" if step % 2 else "",
+            text_uvs={"memory": ((), uvs), **({"ask": (uvs, uvs)} if step % 2 else {})},
         )
         state = chunk[0]

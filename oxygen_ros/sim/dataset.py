@@ -29,7 +29,7 @@ find the instruction's colour in the images instead of memorizing the scenes it 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -37,9 +37,11 @@ from oxygen_ros.engine import ASK_TASK
 from oxygen_ros.runtime.trajectory import trajectory_points
 
 from .episode import EpisodeSpec, SimEpisode
-from .expert import all_texts, expert_chunk, instruction_for, location_text, memory_text, subtask_index, subtask_text
+from .expert import (
+    all_texts, expert_chunk, instruction_for, location_text, memory_neighbour, memory_text, subtask_index, subtask_text,
+)  # fmt: skip
 from .phrasing import FAMILIES, phrase, with_filler
-from .questions import all_answers, answer, draw_question
+from .questions import all_answers, answer, draw_question, objects_read
 from .render import CAMERA_NAMES, render_views, view_fraction
 from .variation import DISTRACTORS, Lighting, absent_name
 from .scene import ARM_JOINTS, COLOURS, JOINT_LOWER, JOINT_NAMES, JOINT_UPPER, STATE_DIM, Scene, SceneObject
@@ -86,6 +88,10 @@ class DemoSample:
     question: str = ""  # a question about the scene, answered by texts["ask"] ("" = none)
     # per camera: (u, v, name) of every object whose centre is in view (the recognition loss's labels)
     object_uvs: tuple[tuple[tuple[float, float, str], ...], ...] = ()
+    # per text task, per read (the model's middle, then last layer): where the object the task's text has to
+    # look at appears in each camera (as ``target_uvs``; () where it reads none): the memory note its
+    # neighbour (last), the question the object it is about, then the one its answer names
+    text_uvs: dict[str, tuple[tuple[tuple[float, float] | None, ...], ...]] = field(default_factory=dict)
 
 
 def vocabulary(variations: bool = False) -> list[str]:
@@ -159,16 +165,23 @@ def _goal_sample(painted: Scene, images: tuple[np.ndarray, ...], goal: int | Non
     """A sample of the (painted) scene labelled for ``goal`` (None: the absent object ``name``), with a question
     about the scene drawn from ``rng``; ``seen``: the scene's ``objects_in_view``."""
     texts = {task: text(painted, goal, name) or "" for task, text in TEXTS.items()}
-    uvs: tuple[tuple[float, float] | None, ...] = (None,) * len(CAMERA_NAMES)
-    if goal is not None:
-        centre = _centre(painted.objects[goal])
-        uvs = tuple(view_fraction(painted, camera, centre) for camera in CAMERA_NAMES)
+    uvs = _uvs(painted, goal) or (None,) * len(CAMERA_NAMES)
+    reads = {"memory": ((), _uvs(painted, memory_neighbour(painted, goal)))} if goal is not None else {}
     question = ""
     if rng is not None:
         asked = draw_question(painted, rng)
         question, texts[ASK_TASK] = asked.text, answer(painted, asked)
+        reads[ASK_TASK] = tuple(_uvs(painted, i) for i in objects_read(painted, asked))
     return DemoSample(images=images, state=state, actions=actions, instruction=instruction, texts=texts, target_uvs=uvs,
-                      question=question, object_uvs=seen)  # fmt: skip
+                      question=question, object_uvs=seen, text_uvs=reads)  # fmt: skip
+
+
+def _uvs(scene: Scene, index: int | None) -> tuple[tuple[float, float] | None, ...]:
+    """Per camera, where object ``index``'s centre appears (None: out of view); () for no object."""
+    if index is None:
+        return ()
+    centre = _centre(scene.objects[index])
+    return tuple(view_fraction(scene, camera, centre) for camera in CAMERA_NAMES)
 
 
 def tick_samples(episode: SimEpisode, actions: np.ndarray, permutation: np.ndarray | None, image_size: int,

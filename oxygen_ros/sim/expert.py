@@ -85,6 +85,19 @@ def place_of(obj: SceneObject) -> tuple[int, int]:
     return round((x - PLACE_ROWS_M[0]) / row_pitch), round((PLACE_COLUMNS_M[0] - y) / column_pitch)
 
 
+def memory_neighbour(scene: Scene, target: int) -> int | None:
+    """The index of the object the memory note relates ``target`` to: its nearest neighbour, counted in places,
+    not centimetres (see ``memory_text``); None when ``target`` stands alone."""
+    row, column = place_of(scene.objects[target])
+
+    def order(i: int) -> tuple[int, int, int]:
+        r, c = place_of(scene.objects[i])
+        return (r - row) ** 2 + (c - column) ** 2, abs(r - row), c
+
+    others = [i for i in range(len(scene.objects)) if i != target]
+    return min(others, key=order) if others else None
+
+
 def memory_text(scene: Scene, target: int | None, name: str | None = None) -> str | None:
     """Where the named object is relative to its nearest neighbour, from the robot's point of view; when the
     named object ``name`` is absent, what is there instead.
@@ -95,16 +108,11 @@ def memory_text(scene: Scene, target: int | None, name: str | None = None) -> st
     jitter would decide between them, which no camera can see."""
     if target is None:
         return scene_listing(scene) if name else None
-    if len(scene.objects) < 2:
+    neighbour = memory_neighbour(scene, target)
+    if neighbour is None:
         return None
-    t = scene.objects[target]
+    t, other = scene.objects[target], scene.objects[neighbour]
     row, column = place_of(t)
-
-    def order(o: SceneObject) -> tuple[int, int, int]:
-        r, c = place_of(o)
-        return (r - row) ** 2 + (c - column) ** 2, abs(r - row), c
-
-    other = min((o for i, o in enumerate(scene.objects) if i != target), key=order)
     r, c = place_of(other)
     if c != column:
         relation = "left of" if c > column else "right of"

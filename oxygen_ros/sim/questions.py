@@ -55,12 +55,31 @@ def answer(scene: Scene, question: Question) -> str:
         return NOT_HERE
     if question.kind == "where":
         return location_text(scene, index) or NOT_HERE
+    beside = _beside(scene, index, question.kind)
+    return NOTHING if beside is None else scene.objects[beside].name
+
+
+def _beside(scene: Scene, index: int, side: str) -> int | None:
+    """The object nearest to object ``index`` among those on its ``side`` ("left" or "right", as the robot
+    sees it), None when there is none."""
     me = scene.objects[index]
-    sign = 1.0 if question.kind == "left" else -1.0
-    beside = [o for o in scene.objects if o is not me and sign * (o.position[1] - me.position[1]) > SIDE_M]
+    sign = 1.0 if side == "left" else -1.0
+    beside = [i for i, o in enumerate(scene.objects) if o is not me and sign * (o.position[1] - me.position[1]) > SIDE_M]
     if not beside:
-        return NOTHING
-    return min(beside, key=lambda o: float(np.hypot(*(o.position[:2] - me.position[:2])))).name
+        return None
+    return min(beside, key=lambda i: float(np.hypot(*(scene.objects[i].position[:2] - me.position[:2]))))
+
+
+def objects_read(scene: Scene, question: Question) -> tuple[int | None, int | None]:
+    """The objects a model has to look at to answer ``question``, in order (indices in ``scene``, None: no
+    such object): the one it is about, then the one the answer names ("where": the same one again, its place
+    is the answer). Questions about the gripper read none."""
+    if question.kind == "held":
+        return None, None
+    index = scene.find(question.about or "")
+    if index is None:
+        return None, None
+    return index, index if question.kind == "where" else _beside(scene, index, question.kind)
 
 
 def draw_question(scene: Scene, rng: np.random.Generator, split: str = "train", absent_p: float = 0.1) -> Question:

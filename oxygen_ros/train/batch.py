@@ -40,6 +40,8 @@ class Batch:
     flow_samples: int = 1  # K: action-token groups after the prefix, one noise draw each
     target_maps: Tensor | None = None  # float [B, V, P]: per image, where the named object is (data.target_map)
     object_labels: Tensor | None = None  # long [B, V, P]: per image, the objects its patches show (data.object_labels)
+    read_maps: Tensor | None = None  # float [B, K, READS, V, P]: per text task, the objects it looks at (data.read_maps)
+    read_rows: Tensor | None = None  # long [B, K]: joint-sequence index of each task's last prompt token (-1: none)
 
     @property
     def size(self) -> int:
@@ -64,6 +66,7 @@ def make_batch(data: TrainingSet, index: Tensor, tokens_per_image: int, pad_id: 
     labels = torch.full((b, length), IGNORE, dtype=torch.long)
     kinds = torch.full((b, n_img + length + actions_len), PAD, dtype=torch.long)
     positions = torch.zeros(b, n_img + length + actions_len, dtype=torch.long)
+    rows = torch.full((b, len(data.continuations)), -1, dtype=torch.long)
     kinds[:, :n_img] = IMAGE
     positions[:, :n_img] = torch.arange(n_img)
     for row, (prompt, sample) in enumerate(zip(prompts, index.tolist())):
@@ -81,6 +84,7 @@ def make_batch(data: TrainingSet, index: Tensor, tokens_per_image: int, pad_id: 
             tokens[row, at : at + n] = stream
             # The last continuation token predicts the first text token, and so on up to EOS.
             labels[row, at + cont.numel() - 1 : at + n] = target
+            rows[row, k] = n_img + at + cont.numel() - 1
             kinds[row, n_img + at : n_img + at + n] = FIRST_TASK + k
             positions[row, n_img + at : n_img + at + n] = torch.arange(prefix_len, prefix_len + n)
             at += n
@@ -89,7 +93,9 @@ def make_batch(data: TrainingSet, index: Tensor, tokens_per_image: int, pad_id: 
     images = pixels_from_uint8(data.pixels[data.image_index[index]].flatten(0, 1))
     targets = data.target_maps[index] if data.target_maps is not None else None
     objects = data.object_labels[index] if data.object_labels is not None else None
-    return Batch(images, tokens, labels, kinds, positions, data.actions[index], n_img, flow_samples, targets, objects)
+    reads = data.read_maps[index] if data.read_maps is not None else None
+    return Batch(images, tokens, labels, kinds, positions, data.actions[index], n_img, flow_samples, targets, objects,
+                 reads, rows if reads is not None else None)  # fmt: skip
 
 
 def action_groups(batch: Batch) -> Tensor:

@@ -36,6 +36,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--recognition-layer", type=int, default=d.recognition_layer,
                    help="backbone layer whose patch tokens the recognition head reads (-1: the image features "
                    "entering the backbone; default %(default)s)")
+    p.add_argument("--pointing-weight", type=float, default=d.pointing_weight,
+                   help="weight of the pointing loss: a text task's attention looks at the objects its text is about, "
+                   "the question's and the answer's, the memory note's neighbour (0 = off; default %(default)s)")
     p.add_argument("--prompt-dropout", type=float, default=d.prompt_dropout,
                    help="BPE-dropout of the training prompts: each merge skipped with this probability, so words typed "
                    "in ways the data never show whole still reach the model in learned pieces (0 = off; default %(default)s)")
@@ -68,8 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.prompt_dropout < 1:
         print("oxygen-train-demo: --prompt-dropout must be in [0, 1)", file=sys.stderr)
         return 2
-    if min(args.grounding_weight, args.recognition_weight) < 0:
-        print("oxygen-train-demo: --grounding-weight and --recognition-weight must not be negative", file=sys.stderr)
+    if min(args.grounding_weight, args.recognition_weight, args.pointing_weight) < 0:
+        print("oxygen-train-demo: --grounding-weight, --recognition-weight and --pointing-weight must not be negative",
+              file=sys.stderr)
         return 2
     if min(args.steps, args.samples, args.batch_size, args.flow_samples) < 1:
         print("oxygen-train-demo: --steps, --samples, --batch-size and --flow-samples must be positive", file=sys.stderr)
@@ -84,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = TrainConfig(
         steps=args.steps, seed=args.seed, samples=args.samples, data_workers=args.data_workers, batch_size=args.batch_size, lr=args.lr,
         warmup_steps=min(args.warmup_steps, args.steps), flow_weight=args.flow_weight, text_weight=args.text_weight, grounding_weight=args.grounding_weight,
-        recognition_weight=args.recognition_weight, recognition_layer=args.recognition_layer, prompt_dropout=args.prompt_dropout, fold_case=args.fold_case, object_names=tuple(object_names()), flow_samples=args.flow_samples, ema_decay=args.ema_decay,
+        recognition_weight=args.recognition_weight, recognition_layer=args.recognition_layer, pointing_weight=args.pointing_weight, prompt_dropout=args.prompt_dropout, fold_case=args.fold_case, object_names=tuple(object_names()), flow_samples=args.flow_samples, ema_decay=args.ema_decay,
         preset=args.preset, dtype=args.dtype, threads=args.threads, save_every=args.save_every, delta_actions=not args.absolute_actions,
         dagger_rounds=args.dagger_rounds, dagger_episodes=args.dagger_episodes, dagger_fresh_samples=args.dagger_samples,
         dagger_steps=args.dagger_steps, dagger_lr=args.dagger_lr, variations=args.variations,

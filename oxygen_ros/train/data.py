@@ -24,6 +24,7 @@ from oxygen_ros.model.prompt import continuation_tokens, format_prompt
 from oxygen_ros.runtime.policy import QUESTION_TEMPLATE, PolicyRuntime
 
 from .grounding import IGNORE
+from .pointing import READS
 
 
 class Sample(Protocol):
@@ -148,6 +149,9 @@ class TrainingSet:
     # long [N, V, P]: per image, the class (index in the object names) of the object whose centre each patch
     # shows, IGNORE elsewhere (object_labels); None: built without object names
     object_labels: torch.Tensor | None = None
+    # float32 [N, K, READS, V, P]: per text task, per read, where the object its text looks at is (read_maps);
+    # None: no sample says
+    read_maps: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.actions.shape[0]
@@ -177,6 +181,7 @@ class TrainingSet:
             question_task=self.question_task,
             questions=None if self.questions is None else self.questions + (other.questions or []),
             object_labels=_cat_labels(self, other, "object_labels", IGNORE),
+            read_maps=_cat_labels(self, other, "read_maps", 0.0),
         )
 
 
@@ -192,25 +197,45 @@ def _cat_labels(first: TrainingSet, second: TrainingSet, field: str, empty: floa
 
 
 def target_map(sample: Sample, grid: int) -> torch.Tensor:
-    """[V, grid²] per camera image: where the sample's ``target_uvs`` point, spread bilinearly over the centres
-    of the four nearest patches of a ``grid`` x ``grid`` grid (row-major; the expected patch centre is the point
-    itself away from the border), so the label keeps the position inside a patch; zeros without a target."""
-    out = np.zeros((len(sample.images), grid * grid), dtype=np.float32)  # numpy: per-element torch writes are slow
-    for view, uv in enumerate(getattr(sample, "target_uvs", ())):
+    """[V, grid²] per camera image: where the sample's ``target_uvs`` point (``uv_map``)."""
+    return torch.from_numpy(uv_map(getattr(sample, "target_uvs", ()), sample.images, grid, "target_uvs"))
+
+
+def uv_map(uvs: Sequence[tuple[float, float] | None], images: Sequence[np.ndarray], grid: int, what: str) -> np.ndarray:
+    """[V, grid²] per camera image: where ``uvs`` point (one per camera, None: out of view), spread bilinearly
+    over the centres of the four nearest patches of a ``grid`` x ``grid`` grid (row-major; the expected patch
+    centre is the point itself away from the border), so the label keeps the position inside a patch; zeros
+    where nothing is pointed at. ``what`` names the field in errors."""
+    out = np.zeros((len(images), grid * grid), dtype=np.float32)  # numpy: per-element torch writes are slow
+    for view, uv in enumerate(uvs):
         if uv is None:
             continue
-        if view >= len(sample.images):
-            raise ValueError(f"target_uvs has {len(sample.target_uvs)} entries for {len(sample.images)} images")  # type: ignore[attr-defined]
-        height, width = sample.images[view].shape[:2]
+        if view >= len(images):
+            raise ValueError(f"{what} has {len(uvs)} entries for {len(images)} images")
+        height, width = images[view].shape[:2]
         if height != width:  # the runtime pads non-square images: fractions of the camera image are not the model's
-            raise ValueError(f"target_uvs needs square camera images, got {width}x{height} for image {view}")
+            raise ValueError(f"{what} needs square camera images, got {width}x{height} for image {view}")
         if not all(0.0 <= c < 1.0 for c in uv):
-            raise ValueError(f"target_uvs {uv} of image {view} lies outside it (fractions in [0, 1) expected)")
+            raise ValueError(f"{what} {uv} of image {view} lies outside it (fractions in [0, 1) expected)")
         # patch centres sit at (i + 0.5) / grid: grid coordinates of the point, clamped to the outer centres
         x, y = (min(max(c * grid - 0.5, 0.0), grid - 1.0) for c in uv)
         for row, wy in _neighbours(y, grid):
             for col, wx in _neighbours(x, grid):
                 out[view, row * grid + col] += wx * wy
+    return out
+
+
+def read_maps(sample: Sample, grid: int, task_names: Sequence[str]) -> torch.Tensor:
+    """[K, READS, V, grid²]: per text task of ``task_names``, per read, where the object the task's text has to
+    look at appears in each camera image (the sample's ``text_uvs`` through ``uv_map``; zeros: none)."""
+    reads = getattr(sample, "text_uvs", {})
+    out = np.zeros((len(task_names), READS, len(sample.images), grid * grid), dtype=np.float32)
+    for k, name in enumerate(task_names):
+        hops = reads.get(name, ())
+        if len(hops) > READS:
+            raise ValueError(f"text_uvs of {name!r} has {len(hops)} reads; at most {READS}")
+        for hop, uvs in enumerate(hops):
+            out[k, hop] = uv_map(uvs, sample.images, grid, f"text_uvs[{name!r}]")
     return torch.from_numpy(out)
 
 
@@ -274,7 +299,7 @@ def build_training_set(
         raise ValueError(f"the data has {norm.action_dim} action dims; the model config has {cfg.action_dim}")
     tok = runtime.tokenizer
     grid = cfg.vision.image_size // cfg.vision.patch_size
-    pixels, image_index, prompts, texts, actions, maps, questions, objects = [], [], [], [], [], [], [], []
+    pixels, image_index, prompts, texts, actions, maps, questions, objects, reads = [], [], [], [], [], [], [], [], []
     slots: torch.Tensor | None = None
     previous_images: tuple | None = None
     bar = tqdm(samples, desc="preprocessing", disable=not progress, dynamic_ncols=True, leave=False)
@@ -307,6 +332,7 @@ def build_training_set(
         maps.append(target_map(s, grid))
         if object_names:
             objects.append(object_labels(s, grid, object_names))
+        reads.append(read_maps(s, grid, task_names))
     if slots is None:
         raise ValueError("no training samples")
     return TrainingSet(
@@ -321,6 +347,7 @@ def build_training_set(
         question_task=list(task_names).index(ASK_TASK) if ASK_TASK in task_names else -1,
         questions=questions if ASK_TASK in task_names else None,
         object_labels=torch.stack(objects) if object_names else None,
+        read_maps=torch.stack(reads) if any(getattr(s, "text_uvs", None) for s in samples) else None,
     )
 
 

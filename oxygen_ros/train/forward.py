@@ -10,7 +10,9 @@ so training and inference share weights and math. Losses (openpi π0/π0.5 and O
   then over the tasks;
 * optionally the grounding and recognition losses (``grounding.py``): training-only heads point, in every
   camera image, at the patches that show the named object (read after a middle backbone layer), and name the
-  object each patch shows (read where the image features enter the backbone).
+  object each patch shows (read where the image features enter the backbone);
+* optionally the pointing loss (``pointing.py``): a text task's own attention looks at the objects its text
+  is about (the question's object, then the answer's; the memory note's neighbour).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from oxygen_ros.model.vla import Pi05Model
 
 from .batch import FIRST_TASK, IGNORE, Batch, action_groups, attention_mask
 from .grounding import PatchHeads, grounding_loss, recognition_loss
+from .pointing import pointing_loss, read_targets
 
 
 @dataclass
@@ -35,6 +38,7 @@ class Losses:
     per_task: Tensor | None = None  # [tasks] each task's mean cross-entropy (detached; NaN: no tokens in the batch)
     grounding: Tensor | None = None  # the grounding head's pointing cross-entropy (None: no head)
     recognition: Tensor | None = None  # the recognition head's cross-entropy over object names (None: no head)
+    pointing: Tensor | None = None  # the text tasks' attention cross-entropy against their objects (None: off)
 
 
 def sample_flow_time(batch: int, generator: torch.Generator) -> Tensor:
@@ -57,15 +61,19 @@ def _modulations(model: Pi05Model, times: Tensor) -> tuple[list[tuple[Tensor, Te
 def joint_forward(model: Pi05Model, batch: Batch, x_t: Tensor, times: Tensor) -> tuple[Tensor, Tensor]:
     """Both experts over the whole joint sequence → (text hidden [B, T, Wb] final-normed, velocity [B, K·H, A]);
     x_t [B, K·H, A] holds the K flow samples' noisy chunks, all at the sample's time ``times`` [B]."""
-    text_hidden, velocity, _ = _joint_pass(model, batch, x_t, times, ())
+    text_hidden, velocity, _, _ = _joint_pass(model, batch, x_t, times, ())
     return text_hidden, velocity
 
 
+Reads = dict[int, list[tuple[Tensor, Tensor, Tensor]]]  # backbone layer -> its reads' (samples, query rows, target maps)
+
+
 def _joint_pass(
-    model: Pi05Model, batch: Batch, x_t: Tensor, times: Tensor, tap_layers: tuple[int, ...]
-) -> tuple[Tensor, Tensor, dict[int, Tensor]]:
+    model: Pi05Model, batch: Batch, x_t: Tensor, times: Tensor, tap_layers: tuple[int, ...], reads: Reads | None = None,
+) -> tuple[Tensor, Tensor, dict[int, Tensor], list[Tensor]]:
     """``joint_forward`` plus, per layer of ``tap_layers``, the images' patch tokens [B, V, P, Wb] as that
-    backbone layer outputs them (-1: as they enter the backbone)."""
+    backbone layer outputs them (-1: as they enter the backbone), and per layer of ``reads`` with targets the
+    pointing loss of its attention (``pointing.pointing_loss``)."""
     cfg = model.config
     b = batch.size
     feats = model.multi_modal_projector(model.vision_tower(batch.images.to(model.dtype)))
@@ -79,13 +87,18 @@ def _joint_pass(
         return x[:, : batch.num_image_tokens].reshape(b, -1, cfg.tokens_per_image, x.shape[-1])
 
     tapped = {-1: patches(xb)} if -1 in tap_layers else {}
+    pointed = []
     for i, (layer, mods) in enumerate(zip(model.layers, layer_mods)):
+        for samples, rows, maps in (reads or {}).get(i, []):
+            if samples.numel():
+                visible = mask[samples, rows, : xb.shape[1]]  # each query's own row of the joint attention
+                pointed.append(pointing_loss(layer, xb, cos, sin, visible, samples, rows, maps))
         xb, xa = layer.joint(xb, xa, mods, cos, sin, mask)
         if i in tap_layers:
             tapped[i] = patches(xb)
     text_hidden, _ = model.norm(xb[:, batch.num_image_tokens :])
     xa, _ = model.action_norm(xa, final_mod)
-    return text_hidden, model.action_out_proj(xa).float(), tapped
+    return text_hidden, model.action_out_proj(xa).float(), tapped, pointed
 
 
 def compute_losses(
@@ -94,7 +107,8 @@ def compute_losses(
 ) -> Losses:
     """Both losses from one joint forward (the prefix is computed once and shared by them and by the batch's
     K flow samples: K noise draws per sample at one flow time, since the time conditions the whole action stream);
-    with ``heads`` and the batch's target maps / object labels, the grounding / recognition losses too."""
+    with ``heads`` and the batch's target maps / object labels / read maps, the grounding / recognition /
+    pointing losses too."""
     actions = batch.actions.repeat(1, batch.flow_samples, 1)
     noise = torch.randn(actions.shape, generator=generator)
     times = sample_flow_time(batch.size, generator)
@@ -104,7 +118,11 @@ def compute_losses(
     point_head = heads.grounding if heads is not None and heads.grounding_weight and batch.target_maps is not None else None
     name_head = heads.recognition if heads is not None and heads.recognition_weight and batch.object_labels is not None else None
     taps = ((heads.layer,) if point_head else ()) + ((heads.recognition_layer,) if name_head else ())  # type: ignore[union-attr]
-    hidden, velocity, patches = _joint_pass(model, batch, x_t, times, taps)
+    reads: Reads = {}
+    if heads is not None and heads.pointing_weight and batch.read_maps is not None and batch.read_rows is not None:
+        for layer, targets in zip(heads.pointing_layers, read_targets(batch.read_maps, batch.read_rows)):
+            reads.setdefault(layer, []).append(targets)
+    hidden, velocity, patches, pointed = _joint_pass(model, batch, x_t, times, taps, reads)
     flow = F.mse_loss(velocity, target)
     rows = batch.labels != IGNORE
     logits = model.lm_logits(hidden[rows]).float()
@@ -124,4 +142,7 @@ def compute_losses(
     if name_head is not None:
         named = recognition_loss(name_head, patches[heads.recognition_layer], batch.object_labels)  # type: ignore[arg-type]
         total = total + heads.recognition_weight * named  # type: ignore[union-attr]
-    return Losses(total, flow, text, per_task, point, named)
+    pointing = torch.stack(pointed).mean() if pointed else None
+    if pointing is not None:
+        total = total + heads.pointing_weight * pointing  # type: ignore[union-attr]
+    return Losses(total, flow, text, per_task, point, named, pointing)

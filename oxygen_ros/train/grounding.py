@@ -63,6 +63,9 @@ class PatchHeads:
     recognition: PatchHead | None = None
     recognition_weight: float = 0.0
     recognition_layer: int = -1
+    # not a head: the weight of the pointing loss (pointing.py) and the backbone layer of each of its reads
+    pointing_weight: float = 0.0
+    pointing_layers: tuple[int, ...] = ()
 
     def parameters(self) -> list[nn.Parameter]:
         return [p for h in (self.grounding, self.recognition) if h is not None for p in h.parameters()]

@@ -45,7 +45,8 @@ def plot_losses(history: dict[str, list[float]], path: str | Path) -> Path:
             for i, task in enumerate(k for k in history if k.startswith("text_")):
                 _plot_average(ax, history[task], window, steps, color=f"C{i + 2}", linewidth=0.9,
                               label=task.removeprefix("text_"))
-            for key, colour, label in (("grounding", "C1", "grounding (pointing)"), ("recognition", "C9", "recognition (naming)")):
+            for key, colour, label in (("grounding", "C1", "grounding (instruction's object)"), ("recognition", "C9", "recognition (naming)"),
+                                       ("pointing", "C8", "pointing (texts' objects)")):
                 if history.get(key):
                     _plot_average(ax, history[key], window, steps, color=colour, linestyle="--", linewidth=0.9, label=label)
         ax.set_yscale("log")

@@ -36,6 +36,7 @@ from oxygen_ros.runtime.policy import PolicyRuntime
 from .batch import make_batch
 from .forward import compute_losses
 from .grounding import GroundingHead, PatchHead, PatchHeads, default_layer
+from .pointing import READS, default_layers
 from .data import Sample, SampleSource, TrainingSet, build_training_set, collect_samples, compute_norm_stats, text_corpus
 from .plot import plot_losses
 
@@ -77,6 +78,11 @@ class TrainConfig:
     recognition_weight: float = 0.5
     recognition_layer: int = -1  # backbone layer its head reads (-1: the image features entering the backbone)
     object_names: tuple[str, ...] = ()
+    # the pointing loss (pointing.py): each text task's attention looks at the objects its text is about (the
+    # samples' text_uvs); 0 = off. pointing_layers: the backbone layer of each read (empty: the middle, then
+    # the last)
+    pointing_weight: float = 1.0
+    pointing_layers: tuple[int, ...] = ()
     # BPE-dropout of the training prompts (Tokenizer.sampling): words the data never show whole (typed in capitals,
     # new verbs) reach the model in pieces it has learned; 0 = the canonical segmentation only (the committed
     # recipe: its one chain at 0.2 lost the closed loop, docs/training.md)
@@ -114,6 +120,12 @@ class TrainConfig:
 
     def grounding_at(self, depth: int) -> int:
         return default_layer(depth) if self.grounding_layer < 0 else self.grounding_layer
+
+    def pointing_at(self, depth: int) -> tuple[int, ...]:
+        layers = self.pointing_layers or default_layers(depth)
+        if len(layers) != READS or not all(0 <= layer < depth for layer in layers):
+            raise ValueError(f"pointing_layers {self.pointing_layers} must name {READS} layers of the {depth}-layer backbone")
+        return tuple(layers)
 
     def delta_mask(self, action_dim: int) -> list[bool]:
         """Every dim but the last (the gripper) relative to the state, as openpi's make_bool_mask(n, -1)."""
@@ -287,9 +299,10 @@ def patch_heads(cfg: TrainConfig, model_config: ModelConfig) -> PatchHeads | Non
     point = GroundingHead(width, torch.Generator().manual_seed(cfg.seed)) if cfg.grounding_weight else None
     names = cfg.recognition_weight and cfg.object_names
     name = PatchHead(width, torch.Generator().manual_seed(cfg.seed + 1), len(cfg.object_names)) if names else None
-    if point is None and name is None:
+    if point is None and name is None and not cfg.pointing_weight:
         return None
-    return PatchHeads(layer, point, cfg.grounding_weight, name, cfg.recognition_weight if name else 0.0, cfg.recognition_layer)
+    return PatchHeads(layer, point, cfg.grounding_weight, name, cfg.recognition_weight if name else 0.0, cfg.recognition_layer,
+                      cfg.pointing_weight, cfg.pointing_at(model_config.backbone.depth))  # fmt: skip
 
 
 def _round_seed(cfg: TrainConfig, r: int) -> int:
@@ -373,7 +386,7 @@ def _optimize(
         names = cfg.text_task_names()
         for task, value in zip(names, per_task + [math.nan] * (len(names) - len(per_task))):
             history.setdefault(f"text_{task}", []).append(value)
-        for key, value in (("grounding", losses.grounding), ("recognition", losses.recognition)):
+        for key, value in (("grounding", losses.grounding), ("recognition", losses.recognition), ("pointing", losses.pointing)):
             if value is not None:
                 history.setdefault(key, []).append(float(value.detach()))
         history["lr"].append(lr)

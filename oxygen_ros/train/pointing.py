@@ -1,0 +1,70 @@
+"""The pointing loss: a text task's attention looks at the object its text is about.
+
+A question ("what is left of the blue cup?") is asked after the frame's shared prefix, so the image tokens
+never see it: unlike the instruction's object, which the bidirectional prefix marks in the images (and the
+grounding loss trains), the question's object has to be found by the question's own attention, and the
+answer's object by a second look from there. Behaviour cloning alone never found either (answers to "where"
+near chance, "left of" / "right of" almost always "nothing"), since neither look has a gradient of its own
+before the other works. This loss gives each look one: at the task's last prompt token (the one that
+predicts the first word of the text), one attention head of a backbone layer is trained, per read, to put
+its weight on the patches that show the object (``text_uvs``, spread bilinearly over the nearest patch
+centres like the grounding labels): the first read in the middle layer, the second in the last. It
+supervises the served model's own attention (the same weights, the same RoPE positions and keys as at
+inference), so nothing is added to the checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from oxygen_ros.model.layers import apply_rope
+from oxygen_ros.model.mot import MoTLayer
+
+READS = 2  # looks per text task: the object it is about, then the object its text names
+HEAD = 0  # the query head that is trained to point (the other heads stay free)
+
+
+def default_layers(depth: int) -> tuple[int, ...]:
+    """The backbone layers of the two reads: the middle one, then the last."""
+    return max(0, (depth - 1) // 2), depth - 1
+
+
+def pointing_loss(
+    layer: MoTLayer, x: Tensor, cos: Tensor, sin: Tensor, visible: Tensor, samples: Tensor, rows: Tensor, maps: Tensor,
+) -> Tensor:
+    """Cross-entropy of head ``HEAD``'s attention at ``layer``, whose backbone input is ``x`` [B, T, W], from
+    the query tokens ``rows`` [n] of samples ``samples`` [n], against ``maps`` [n, I] (the target distribution
+    over the first I tokens, the image tokens). ``visible`` [n, T] is each query's row of the joint attention
+    mask over the backbone tokens (its prefix and its own text), so the probabilities are exactly the served
+    attention's; cos/sin [B, L, D] are the joint sequence's RoPE tables."""
+    block = layer.vlm
+    proj = block.self_attn
+    d, group = proj.head_dim, proj.num_heads // proj.num_kv_heads
+    t = visible.shape[1]
+    h, _ = block.input_layernorm(x[:, :t], None)
+    k = proj.k_proj(h).view(*h.shape[:2], proj.num_kv_heads, d)[:, :, HEAD // group : HEAD // group + 1]
+    k = apply_rope(k, cos[:, :t], sin[:, :t])[:, :, 0]  # [B, T, D]
+    hq, _ = block.input_layernorm(x[samples, rows], None)  # [n, W]
+    q = proj.q_proj(hq).view(-1, 1, proj.num_heads, d)[:, :, HEAD : HEAD + 1]
+    q = apply_rope(q, cos[samples, rows].unsqueeze(1), sin[samples, rows].unsqueeze(1))[:, 0, 0]  # [n, D]
+    scores = torch.einsum("nd,ntd->nt", q.float(), k[samples].float()) / math.sqrt(d)
+    log_probs = F.log_softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)[:, : maps.shape[1]]
+    target = maps / maps.sum(-1, keepdim=True)
+    return -(target * log_probs).sum(-1).mean()
+
+
+def read_targets(maps: Tensor, rows: Tensor) -> list[tuple[Tensor, Tensor, Tensor]]:
+    """Per read, the (samples, query rows, target maps [n, V·P]) of the text tasks that have an object to look
+    at: ``maps`` [B, K, READS, V, P] and ``rows`` [B, K] (the joint-sequence index of each task's last prompt
+    token, -1 where the sample has no such text)."""
+    out = []
+    for hop in range(maps.shape[2]):
+        flat = maps[:, :, hop].flatten(2)  # [B, K, V·P]
+        has = (flat.sum(-1) > 0) & (rows >= 0)
+        samples, tasks = has.nonzero(as_tuple=True)
+        out.append((samples, rows[samples, tasks], flat[samples, tasks]))
+    return out
