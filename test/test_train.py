@@ -366,7 +366,8 @@ def test_the_patch_heads_learn_and_stay_out_of_the_checkpoint(tmp_path: Path, ti
     from safetensors import safe_open
 
     names = tuple(f"{c} {k}" for c in COLOURS for k in KINDS)
-    on = train(small_config(tiny_preset, steps=30, lr=3e-3, warmup_steps=3, grounding_weight=1.0, object_names=names),
+    on = train(small_config(tiny_preset, steps=30, lr=3e-3, warmup_steps=3, grounding_weight=1.0, pointing_weight=1.0,
+                            object_names=names),
                fake_expert_samples, tmp_path / "on", progress=False)
     for key in ("grounding", "recognition", "pointing"):
         curve = on.history[key]

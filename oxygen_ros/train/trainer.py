@@ -79,9 +79,10 @@ class TrainConfig:
     recognition_layer: int = -1  # backbone layer its head reads (-1: the image features entering the backbone)
     object_names: tuple[str, ...] = ()
     # the pointing loss (pointing.py): each text task's attention looks at the objects its text is about (the
-    # samples' text_uvs); 0 = off. pointing_layers: the backbone layer of each read (empty: the middle, then
-    # the last)
-    pointing_weight: float = 1.0
+    # samples' text_uvs); 0 = off, the committed recipe: it lifts the memory notes and answers but costs the
+    # closed loop (docs/training.md, the pointing loss). pointing_layers: the backbone layer of each read
+    # (empty: the middle, then the last)
+    pointing_weight: float = 0.0
     pointing_layers: tuple[int, ...] = ()
     # BPE-dropout of the training prompts (Tokenizer.sampling): words the data never show whole (typed in capitals,
     # new verbs) reach the model in pieces it has learned; 0 = the canonical segmentation only (the committed
