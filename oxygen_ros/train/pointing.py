@@ -24,13 +24,15 @@ from torch import Tensor
 from oxygen_ros.model.layers import apply_rope
 from oxygen_ros.model.mot import MoTLayer
 
+from .grounding import default_layer
+
 READS = 2  # looks per text task: the object it is about, then the object its text names
 HEAD = 0  # the query head that is trained to point (the other heads stay free)
 
 
 def default_layers(depth: int) -> tuple[int, ...]:
     """The backbone layers of the two reads: the middle one, then the last."""
-    return max(0, (depth - 1) // 2), depth - 1
+    return default_layer(depth), depth - 1
 
 
 def pointing_loss(
