@@ -397,9 +397,12 @@ def test_the_pointing_loss_is_the_served_attention_on_the_texts_objects(tmp_path
 
     model_config = dataclasses.replace(tiny_preset, backbone=dataclasses.replace(tiny_preset.backbone, depth=3),
                                        expert=dataclasses.replace(tiny_preset.expert, depth=3))  # fmt: skip
-    runtime, data, _ = prepare(small_config(model_config, variations=True), fake_expert_samples, tmp_path)
+    runtime, data, _ = prepare(small_config(model_config, variations=True, pointing_weight=1.0), fake_expert_samples, tmp_path)
     model, cfg = runtime.model, runtime.model.config
     assert data.read_maps is not None and data.read_maps.shape[1:3] == (len(data.continuations), 2)
+    # without the loss the read maps are not built
+    _, off, _ = prepare(small_config(model_config, variations=True), fake_expert_samples, tmp_path / "off")
+    assert off.read_maps is None and off.image_index.equal(data.image_index)
     batch = make_batch(data, torch.arange(8), cfg.tokens_per_image, cfg.pad_token_id)
     for row in range(8):  # each read row is the last token of its task's prompt (the question's, for "ask")
         for k, at in enumerate(batch.read_rows[row].tolist()):

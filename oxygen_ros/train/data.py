@@ -280,11 +280,13 @@ def pixels_from_uint8(u: torch.Tensor) -> torch.Tensor:
 def build_training_set(
     samples: Sequence[Sample], runtime: PolicyRuntime, task_names: Sequence[str], delta_mask: Sequence[bool] = (),
     progress: bool = False, object_names: Sequence[str] = (), prompt_dropout: float = 0.0, seed: int = 0,
+    with_reads: bool = False,
 ) -> TrainingSet:
     """Preprocess every sample with ``runtime.make_frame``; text targets are ``" " + text`` then EOS; action
     targets normalized after DeltaActions with ``delta_mask``; with ``object_names``, the recognition labels;
     with ``prompt_dropout``, the prompts tokenized with that BPE-dropout (``Tokenizer.sampling``, seeded by
-    ``seed``; targets and continuations keep the canonical tokens the model reads and writes when served).
+    ``seed``; targets and continuations keep the canonical tokens the model reads and writes when served);
+    with ``with_reads``, the pointing loss's read maps of the samples' ``text_uvs``.
     Consecutive samples holding the very same image arrays (goal alternatives of one tick) store their pixels
     once."""
     norm = runtime.normalizer
@@ -332,7 +334,8 @@ def build_training_set(
         maps.append(target_map(s, grid))
         if object_names:
             objects.append(object_labels(s, grid, object_names))
-        reads.append(read_maps(s, grid, task_names))
+        if with_reads:
+            reads.append(read_maps(s, grid, task_names))
     if slots is None:
         raise ValueError("no training samples")
     return TrainingSet(
@@ -347,7 +350,7 @@ def build_training_set(
         question_task=list(task_names).index(ASK_TASK) if ASK_TASK in task_names else -1,
         questions=questions if ASK_TASK in task_names else None,
         object_labels=torch.stack(objects) if object_names else None,
-        read_maps=torch.stack(reads) if any(getattr(s, "text_uvs", None) for s in samples) else None,
+        read_maps=torch.stack(reads) if reads and any(getattr(s, "text_uvs", None) for s in samples) else None,
     )
 
 

@@ -15,6 +15,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -227,7 +228,7 @@ def prepare(
     init_weights(model)
     runtime = PolicyRuntime(runtime_config(cfg, model_config), model, tokenizer, normalizer)
     data = build_training_set(samples, runtime, cfg.text_task_names(), delta_mask, progress, cfg.object_names,
-                              cfg.prompt_dropout, cfg.seed)
+                              cfg.prompt_dropout, cfg.seed, with_reads=bool(cfg.pointing_weight))
     return runtime, data, stats
 
 
@@ -336,9 +337,11 @@ def _on_policy_round(
     if progress:
         print(f"DAgger round {r + 1}: the policy solved {got.successes}/{got.episodes} training episodes; "
               f"{len(got.samples)} on-policy samples + {len(fresh)} expert samples", flush=True)  # fmt: skip
-    names, dropout, seed = cfg.object_names, cfg.prompt_dropout, _round_seed(cfg, r)
-    fresh_set = build_training_set(fresh, runtime, tasks, delta_mask, progress, names, dropout, seed) if fresh else None
-    return build_training_set(got.samples, runtime, tasks, delta_mask, progress, names, dropout, seed), fresh_set, report
+    build = partial(build_training_set, runtime=runtime, task_names=tasks, delta_mask=delta_mask, progress=progress,
+                    object_names=cfg.object_names, prompt_dropout=cfg.prompt_dropout, seed=_round_seed(cfg, r),
+                    with_reads=bool(cfg.pointing_weight))  # fmt: skip
+    fresh_set = build(fresh) if fresh else None
+    return build(got.samples), fresh_set, report
 
 
 def _optimize(
