@@ -95,3 +95,9 @@ def test_the_training_command_runs_dagger_rounds_on_the_simulator(tmp_path, caps
     assert round_["fresh_samples"] == 12
     assert json.loads((out / "train_summary.json").read_text())["dagger_rounds"] == [round_]
     assert main([*argv[:-2], "--dagger-episodes", "-1", "--out", str(out)]) == 2
+    # the pointing loss with its first read off: the second read, in the last layer, is trained alone
+    pointed = tmp_path / "pointed"
+    argv = [*argv[:-2], "--dagger-rounds", "0", "--pointing-weight", "0.5", "--pointing-layers", "-1", "1", "--out", str(pointed)]
+    assert main(argv) == 0
+    summary = json.loads((pointed / "train_summary.json").read_text())
+    assert summary["config"]["pointing_layers"] == [-1, 1] and "pointing" in summary["final_losses"]

@@ -433,6 +433,11 @@ def test_the_pointing_loss_is_the_served_attention_on_the_texts_objects(tmp_path
         assert terms
         expected.append(torch.stack(terms).mean())
     torch.testing.assert_close(losses.pointing, torch.stack(expected).mean(), rtol=1e-4, atol=1e-5)
+    # a read at layer -1 is off: only the second read's look is trained
+    with torch.no_grad():
+        second = compute_losses(model, batch, torch.Generator().manual_seed(0),
+                                heads=dataclasses.replace(heads, pointing_layers=(-1, 2))).pointing  # fmt: skip
+    torch.testing.assert_close(second, expected[1], rtol=1e-4, atol=1e-5)
 
 
 def test_the_patch_heads_read_layers_of_the_backbone(tmp_path: Path, tiny_preset: ModelConfig) -> None:
@@ -443,4 +448,6 @@ def test_the_patch_heads_read_layers_of_the_backbone(tmp_path: Path, tiny_preset
         train(small_config(tiny_preset, recognition_layer=depth), fake_expert_samples, tmp_path, progress=False)
     with pytest.raises(ValueError, match="pointing_layers"):
         train(small_config(tiny_preset, pointing_layers=(0, depth)), fake_expert_samples, tmp_path, progress=False)
+    with pytest.raises(ValueError, match="pointing_layers"):
+        train(small_config(tiny_preset, pointing_layers=(-2, 0)), fake_expert_samples, tmp_path, progress=False)
 

@@ -39,6 +39,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pointing-weight", type=float, default=d.pointing_weight,
                    help="weight of the pointing loss: a text task's attention looks at the objects its text is about, "
                    "the question's and the answer's, the memory note's neighbour (0 = off; default %(default)s)")
+    p.add_argument("--pointing-layers", type=int, nargs=2, metavar=("FIRST", "SECOND"), default=d.pointing_layers or None,
+                   help="backbone layer of each read of the pointing loss: the text's own object, then the one it names "
+                   "(-1: that read off; default: the middle layer, then the last)")
     p.add_argument("--prompt-dropout", type=float, default=d.prompt_dropout,
                    help="BPE-dropout of the training prompts: each merge skipped with this probability, so words typed "
                    "in ways the data never show whole still reach the model in learned pieces (0 = off; default %(default)s)")
@@ -88,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = TrainConfig(
         steps=args.steps, seed=args.seed, samples=args.samples, data_workers=args.data_workers, batch_size=args.batch_size, lr=args.lr,
         warmup_steps=min(args.warmup_steps, args.steps), flow_weight=args.flow_weight, text_weight=args.text_weight, grounding_weight=args.grounding_weight,
-        recognition_weight=args.recognition_weight, recognition_layer=args.recognition_layer, pointing_weight=args.pointing_weight, prompt_dropout=args.prompt_dropout, fold_case=args.fold_case, object_names=tuple(object_names()), flow_samples=args.flow_samples, ema_decay=args.ema_decay,
+        recognition_weight=args.recognition_weight, recognition_layer=args.recognition_layer, pointing_weight=args.pointing_weight, pointing_layers=tuple(args.pointing_layers or ()), prompt_dropout=args.prompt_dropout, fold_case=args.fold_case, object_names=tuple(object_names()), flow_samples=args.flow_samples, ema_decay=args.ema_decay,
         preset=args.preset, dtype=args.dtype, threads=args.threads, save_every=args.save_every, delta_actions=not args.absolute_actions,
         dagger_rounds=args.dagger_rounds, dagger_episodes=args.dagger_episodes, dagger_fresh_samples=args.dagger_samples,
         dagger_steps=args.dagger_steps, dagger_lr=args.dagger_lr, variations=args.variations,

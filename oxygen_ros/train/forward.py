@@ -121,7 +121,8 @@ def compute_losses(
     reads: Reads = {}
     if heads is not None and heads.pointing_weight and batch.read_maps is not None and batch.read_rows is not None:
         for layer, targets in zip(heads.pointing_layers, read_targets(batch.read_maps, batch.read_rows)):
-            reads.setdefault(layer, []).append(targets)
+            if layer >= 0:
+                reads.setdefault(layer, []).append(targets)
     hidden, velocity, patches, pointed = _joint_pass(model, batch, x_t, times, taps, reads)
     flow = F.mse_loss(velocity, target)
     rows = batch.labels != IGNORE

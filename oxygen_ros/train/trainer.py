@@ -82,7 +82,7 @@ class TrainConfig:
     # the pointing loss (pointing.py): each text task's attention looks at the objects its text is about (the
     # samples' text_uvs); 0 = off, the committed recipe: it lifts the memory notes and answers but costs the
     # closed loop (docs/training.md, the pointing loss). pointing_layers: the backbone layer of each read
-    # (empty: the middle, then the last)
+    # (empty: the middle, then the last; -1: that read off)
     pointing_weight: float = 0.0
     pointing_layers: tuple[int, ...] = ()
     # BPE-dropout of the training prompts (Tokenizer.sampling): words the data never show whole (typed in capitals,
@@ -125,8 +125,9 @@ class TrainConfig:
 
     def pointing_at(self, depth: int) -> tuple[int, ...]:
         layers = self.pointing_layers or default_layers(depth)
-        if len(layers) != READS or not all(0 <= layer < depth for layer in layers):
-            raise ValueError(f"pointing_layers {self.pointing_layers} must name {READS} layers of the {depth}-layer backbone")
+        if len(layers) != READS or not all(-1 <= layer < depth for layer in layers):
+            raise ValueError(f"pointing_layers {self.pointing_layers} must name {READS} layers of the {depth}-layer "
+                             "backbone (-1: that read off)")
         return tuple(layers)
 
     def delta_mask(self, action_dim: int) -> list[bool]:
