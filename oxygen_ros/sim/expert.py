@@ -22,7 +22,7 @@ import numpy as np
 
 from .scene import (
     ARM_JOINTS, COLOURS, GRIPPER_OPEN_M, KINDS, MAX_VELOCITY, PLACE_COLUMNS_M, PLACE_ROWS_M, Scene, SceneObject,
-    clip_to_limits, inverse_kinematics,
+    arm_joints_for, clipped,
 )  # fmt: skip
 
 SUBTASKS = ("move to the {}", "grasp the {}", "lift the {}")
@@ -59,7 +59,8 @@ def subtask_index(scene: Scene, target: int | None) -> int | None:
 
 
 def _xy_distance(a: np.ndarray, b: np.ndarray) -> float:
-    return math.hypot(a[0] - b[0], a[1] - b[1])
+    (ax, ay), (bx, by) = a[:2].tolist(), b[:2].tolist()
+    return math.hypot(ax - bx, ay - by)
 
 
 def subtask_text(scene: Scene, target: int | None, name: str | None = None) -> str | None:
@@ -124,60 +125,81 @@ def memory_text(scene: Scene, target: int | None, name: str | None = None) -> st
     return f"{t.name} {relation} the {other.name}"
 
 
-def _goal(scene: Scene, target: int) -> tuple[np.ndarray, float]:
-    """The fingertip goal and the gripper command of the expert's current subtask."""
-    tip = scene.tip
-    phase = subtask_index(scene, target)
+def _goal(scene: Scene, target: int, phase: int) -> tuple[tuple[float, float, float], float]:
+    """The fingertip goal and the gripper command of the expert's current subtask ``phase``."""
+    tx, ty, tz = scene.tip.tolist()
     obj = scene.objects[target]
-    xy = obj.position[:2]
+    ox, oy, oz = obj.position.tolist()
     if phase == 2:
-        return np.array([tip[0], tip[1], LIFT_Z]), 0.0
+        return (tx, ty, LIFT_Z), 0.0
     if phase == 0:
-        far = _xy_distance(tip, xy) > 2 * GRASP_PHASE_M
-        if far and tip[2] < PRE_GRASP_Z - 0.03:  # rise before crossing the table
-            return np.array([tip[0], tip[1], PRE_GRASP_Z]), GRIPPER_OPEN_M
-        return np.array([xy[0], xy[1], PRE_GRASP_Z]), GRIPPER_OPEN_M
+        far = math.hypot(tx - ox, ty - oy) > 2 * GRASP_PHASE_M
+        if far and tz < PRE_GRASP_Z - 0.03:  # rise before crossing the table
+            return (tx, ty, PRE_GRASP_Z), GRIPPER_OPEN_M
+        return (ox, oy, PRE_GRASP_Z), GRIPPER_OPEN_M
     straddling = scene.straddling(target)
-    top = obj.position[2] + obj.height
-    if not straddling and scene.q[3] < GRIPPER_OPEN_M - 0.004:  # open before going down
-        return np.array([xy[0], xy[1], max(tip[2], top + 0.02)]), GRIPPER_OPEN_M
-    if not straddling and _xy_distance(tip, xy) > CENTRED_M:  # centre before going down
-        return np.array([xy[0], xy[1], max(tip[2], top + 0.01)]), GRIPPER_OPEN_M
+    top = oz + obj.height
+    if not straddling and float(scene.q[3]) < GRIPPER_OPEN_M - 0.004:  # open before going down
+        return (ox, oy, max(tz, top + 0.02)), GRIPPER_OPEN_M
+    if not straddling and math.hypot(tx - ox, ty - oy) > CENTRED_M:  # centre before going down
+        return (ox, oy, max(tz, top + 0.01)), GRIPPER_OPEN_M
     low = grasp_height(scene, target)
-    close = straddling and tip[2] <= low + 0.004
-    return np.array([xy[0], xy[1], low]), 0.0 if close else GRIPPER_OPEN_M
+    close = straddling and tz <= low + 0.004
+    return (ox, oy, low), 0.0 if close else GRIPPER_OPEN_M
+
+
+_MAX_VELOCITY = MAX_VELOCITY.tolist()
 
 
 def expert_command(scene: Scene, target: int | None, dt: float) -> np.ndarray:
     """The joint command for the next ``dt`` seconds: arm joints one capped Cartesian step ahead (within
     the velocity limits), the gripper fully open or fully closed (the follower limits its speed)."""
-    q = scene.q.copy()
     if target is None:
-        return q
-    goal, grip = _goal(scene, target)
-    tip = scene.tip
-    delta = goal - tip
+        return scene.q.copy()
+    return np.array(_command(scene, target, dt))
+
+
+def _command(scene: Scene, target: int, dt: float) -> list[float]:
+    """``expert_command`` on Python floats (every rollout substep calls it; the same operations in the same
+    order as on numpy vectors, so the same bits, at a fraction of numpy's per-call cost)."""
+    q = scene.q.tolist()
+    tx, ty, tz = scene.tip.tolist()
+    phase = subtask_index(scene, target)
+    (gx, gy, gz), grip = _goal(scene, target, phase)
+    dx, dy, dz = gx - tx, gy - ty, gz - tz
     speed = CART_SPEED
-    if subtask_index(scene, target) == 2 and tip[2] < grasp_height(scene, target) + SLOW_LIFT_M:
+    if phase == 2 and tz < grasp_height(scene, target) + SLOW_LIFT_M:
         speed = SLOW_LIFT_SPEED  # let the fingers settle on the object before pulling
-    dist = float(np.linalg.norm(delta))
-    step = delta if dist <= speed * dt else delta * (speed * dt / dist)
-    arm = inverse_kinematics(tip + step)
+    dist = math.sqrt(dx * dx + dy * dy + dz * dz)
+    if dist > speed * dt:
+        scale = speed * dt / dist
+        dx, dy, dz = dx * scale, dy * scale, dz * scale
+    arm = arm_joints_for(tx + dx, ty + dy, tz + dz)
     if arm is None:  # at the edge of the workspace or a joint limit: back towards its middle first
-        middle = np.array([0.33 * math.cos(q[0]), 0.33 * math.sin(q[0]), PRE_GRASP_Z]) - tip
-        arm = inverse_kinematics(tip + middle * min(1.0, speed * dt / max(float(np.linalg.norm(middle)), 1e-9)))
+        mx, my, mz = 0.33 * math.cos(q[0]) - tx, 0.33 * math.sin(q[0]) - ty, PRE_GRASP_Z - tz
+        scale = min(1.0, speed * dt / max(math.sqrt(mx * mx + my * my + mz * mz), 1e-9))
+        arm = arm_joints_for(tx + mx * scale, ty + my * scale, tz + mz * scale)
     command = q.copy()
     if arm is not None:
-        limit = MAX_VELOCITY[:ARM_JOINTS] * dt
-        command[:ARM_JOINTS] = q[:ARM_JOINTS] + np.minimum(np.maximum(arm - q[:ARM_JOINTS], -limit), limit)
+        for j in range(ARM_JOINTS):
+            limit = _MAX_VELOCITY[j] * dt
+            command[j] = q[j] + min(max(arm[j] - q[j], -limit), limit)
     command[3] = grip
-    return clip_to_limits(command)
+    return clipped(command)
 
 
 def track(q: np.ndarray, command: np.ndarray, dt: float) -> np.ndarray:
     """Where the joints get in ``dt`` towards ``command`` at their velocity limits (the follower's law)."""
-    limit = MAX_VELOCITY * dt
-    return q + np.minimum(np.maximum(command - q, -limit), limit)
+    return np.array(_tracked(np.asarray(q, dtype=np.float64).tolist(), np.asarray(command, dtype=np.float64).tolist(), dt))
+
+
+def _tracked(q: list[float], command: list[float], dt: float) -> list[float]:
+    """``track`` on Python floats."""
+    out = []
+    for v, c, m in zip(q, command, _MAX_VELOCITY):
+        limit = m * dt
+        out.append(v + min(max(c - v, -limit), limit))
+    return out
 
 
 def expert_chunk(scene: Scene, target: int | None, horizon: int, period_s: float) -> np.ndarray:
@@ -188,8 +210,8 @@ def expert_chunk(scene: Scene, target: int | None, horizon: int, period_s: float
     out = np.empty((horizon, len(scene.q)), dtype=np.float32)
     for i in range(horizon):
         for _ in range(substeps):
-            command = expert_command(sim, target, dt)
-            sim.apply(track(sim.q, command, dt))
+            command = sim.q.tolist() if target is None else _command(sim, target, dt)
+            sim.apply(_tracked(sim.q.tolist(), command, dt))
         out[i] = command
     return out
 

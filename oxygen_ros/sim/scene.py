@@ -75,12 +75,19 @@ class SceneObject:
         return KIND_SIZE[self.kind][1]
 
 
-_ARM_LOWER, _ARM_UPPER = JOINT_LOWER[:ARM_JOINTS].tolist(), JOINT_UPPER[:ARM_JOINTS].tolist()
+_LOWER, _UPPER = JOINT_LOWER.tolist(), JOINT_UPPER.tolist()
+_ARM_LOWER, _ARM_UPPER = _LOWER[:ARM_JOINTS], _UPPER[:ARM_JOINTS]
 
 
 def clip_to_limits(q: np.ndarray) -> np.ndarray:
-    """``q`` [STATE_DIM] clipped to the joint limits (np.clip's result; its dispatch costs more on 4 values)."""
-    return np.minimum(np.maximum(q, JOINT_LOWER), JOINT_UPPER)
+    """``q`` [STATE_DIM] clipped to the joint limits (np.clip's result, computed on Python floats: the physics
+    and the expert call this every substep, where numpy's dispatch costs more than the arithmetic)."""
+    return np.array(clipped(q.tolist()))
+
+
+def clipped(q: list[float]) -> list[float]:
+    """``clip_to_limits`` on a list of joint values."""
+    return [min(max(v, lo), hi) for v, lo, hi in zip(q, _LOWER, _UPPER)]
 
 
 def _arm_plane(q: np.ndarray) -> tuple[float, float, float, float, float]:
@@ -101,15 +108,24 @@ def forward_kinematics(q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 
 def fingertip(q: np.ndarray) -> np.ndarray:
-    """The fingertip centre alone (``forward_kinematics``' third point, without building the other two:
-    the physics calls this every substep)."""
+    """The fingertip centre alone (``forward_kinematics``' third point, without building the other two)."""
+    return np.array(tip_xyz(q))
+
+
+def tip_xyz(q: np.ndarray | list[float]) -> tuple[float, float, float]:
+    """``fingertip`` as Python floats (the physics and the expert call it every substep)."""
     yaw, _, _, r2, z2 = _arm_plane(q)
-    return np.array([r2 * math.cos(yaw), r2 * math.sin(yaw), z2 - TOOL_M])
+    return r2 * math.cos(yaw), r2 * math.sin(yaw), z2 - TOOL_M
 
 
 def inverse_kinematics(tip: np.ndarray) -> np.ndarray | None:
     """Arm joints (yaw, shoulder, elbow) that put the fingertip centre at ``tip``; None if unreachable."""
-    x, y, z = float(tip[0]), float(tip[1]), float(tip[2])
+    joints = arm_joints_for(float(tip[0]), float(tip[1]), float(tip[2]))
+    return None if joints is None else np.array(joints)
+
+
+def arm_joints_for(x: float, y: float, z: float) -> tuple[float, float, float] | None:
+    """``inverse_kinematics`` on Python floats."""
     r = math.hypot(x, y)
     d = z + TOOL_M - SHOULDER_HEIGHT_M
     c2 = (r * r + d * d - UPPER_ARM_M**2 - FOREARM_M**2) / (2 * UPPER_ARM_M * FOREARM_M)
@@ -120,7 +136,7 @@ def inverse_kinematics(tip: np.ndarray) -> np.ndarray | None:
     joints = (math.atan2(y, x), shoulder, elbow)
     if any(not lo <= v <= hi for v, lo, hi in zip(joints, _ARM_LOWER, _ARM_UPPER)):
         return None
-    return np.array(joints)
+    return joints
 
 
 @dataclass
@@ -188,34 +204,40 @@ class Scene:
 
     def in_grasp_zone(self, index: int, tip: np.ndarray | None = None) -> bool:
         """Fingertips centred on the object (horizontally) and inside its height band."""
+        return self._in_grasp_zone(index, *(self.tip if tip is None else tip).tolist())
+
+    def _in_grasp_zone(self, index: int, x: float, y: float, z: float) -> bool:
         o = self.objects[index]
-        x, y, z = (self.tip if tip is None else tip).tolist()
         ox, oy, oz = o.position.tolist()
         return math.hypot(x - ox, y - oy) < GRASP_TOLERANCE_M and oz + 0.003 <= z <= oz + o.height - 0.005
 
     # --------------------------------------------------------------------------------------- physics
-    def _blocked_by_table(self, q: np.ndarray) -> np.ndarray:
+    # Called every 20-ms substep by the simulator and by every expert rollout: the arithmetic runs on Python
+    # floats (the same operations in the same order as numpy would do them, so the same bits), as numpy's
+    # per-call cost on 3- and 4-vectors was most of the expert's time.
+    def _blocked_by_table(self, q: list[float]) -> list[float]:
         """``q`` when its fingertips are above the table, else the furthest pose on the way from the current
         pose towards ``q`` that is (the table stops the arm; the gripper still moves)."""
-        if fingertip(q)[2] >= TABLE_Z:
+        if tip_xyz(q)[2] >= TABLE_Z:
             return q
-        start = self.q[:ARM_JOINTS]
+        start, arm = self.q[:ARM_JOINTS], np.array(q[:ARM_JOINTS])
         if fingertip(start)[2] < TABLE_Z:  # already below (a start pose never is): stay
-            return np.concatenate([start, q[ARM_JOINTS:]])
+            return [*start.tolist(), *q[ARM_JOINTS:]]
         lo, hi = 0.0, 1.0
         for _ in range(12):  # bisection on the straight joint-space path: ~0.02 % of the step
             mid = 0.5 * (lo + hi)
-            if fingertip(start + mid * (q[:ARM_JOINTS] - start))[2] >= TABLE_Z:
+            if fingertip(start + mid * (arm - start))[2] >= TABLE_Z:
                 lo = mid
             else:
                 hi = mid
-        return np.concatenate([start + lo * (q[:ARM_JOINTS] - start), q[ARM_JOINTS:]])
+        return [*(start + lo * (arm - start)).tolist(), *q[ARM_JOINTS:]]
 
-    def apply(self, command: np.ndarray) -> None:
+    def apply(self, command: np.ndarray | list[float]) -> None:
         """Move to commanded joint positions (already rate-limited by the follower) and update grasps."""
-        q = self._blocked_by_table(clip_to_limits(np.asarray(command, dtype=np.float64)))
-        tip = fingertip(q)
-        width = float(q[3])
+        values = command.tolist() if isinstance(command, np.ndarray) else [float(v) for v in command]
+        q = self._blocked_by_table(clipped(values))
+        tip = tip_xyz(q)
+        width = q[3]
         if self.held is not None:
             o = self.objects[self.held]
             if width > o.width + RELEASE_MARGIN_M:  # let go: it drops onto the table where it is
@@ -223,19 +245,19 @@ class Scene:
                 self.held = None
             else:
                 q[3] = o.width  # the fingers stop at the object
-                o.position = tip + self._offset
+                o.position = np.array(tip) + self._offset
                 o.position[2] = max(o.position[2], 0.0)
         if self.held is None:
             for i in range(len(self.objects)):
-                if not self.in_grasp_zone(i, tip):
+                if not self._in_grasp_zone(i, *tip):
                     self._straddling.discard(i)
                 elif width > self.objects[i].width:
                     self._straddling.add(i)
                 elif i in self._straddling:  # the fingers closed around it: it is held
                     self.held = i
-                    self._offset = self.objects[i].position - tip
+                    self._offset = self.objects[i].position - np.array(tip)
                     q[3] = self.objects[i].width
                     self._straddling.clear()
                     break
-        self.q = q
-        self._tip = tip
+        self.q = np.array(q)
+        self._tip = np.array(tip)
