@@ -68,7 +68,8 @@ class TrainConfig:
     weight_decay: float = 1e-4
     grad_clip: float = 1.0
     flow_weight: float = 1.0
-    flow_samples: int = 4  # noise draws per sample sharing one prefix forward (see batch.py)
+    flow_samples: int = 2  # noise draws per sample sharing one prefix forward (see batch.py; 4 cost a fifth more
+    # per step, and their chain was no better: docs/training.md, flow samples)
     text_weight: float = 1.0
     # the grounding loss (grounding.py): a training-only head points at the named object in every camera image;
     # 0 = off
