@@ -79,14 +79,9 @@ _LOWER, _UPPER = JOINT_LOWER.tolist(), JOINT_UPPER.tolist()
 _ARM_LOWER, _ARM_UPPER = _LOWER[:ARM_JOINTS], _UPPER[:ARM_JOINTS]
 
 
-def clip_to_limits(q: np.ndarray) -> np.ndarray:
-    """``q`` [STATE_DIM] clipped to the joint limits (np.clip's result, computed on Python floats: the physics
-    and the expert call this every substep, where numpy's dispatch costs more than the arithmetic)."""
-    return np.array(clipped(q.tolist()))
-
-
 def clipped(q: list[float]) -> list[float]:
-    """``clip_to_limits`` on a list of joint values."""
+    """Joint values [STATE_DIM] clipped to the joint limits (np.clip's result on Python floats: the physics and
+    the expert call this every substep, where numpy's dispatch costs more than the arithmetic)."""
     return [min(max(v, lo), hi) for v, lo, hi in zip(q, _LOWER, _UPPER)]
 
 
