@@ -89,8 +89,9 @@ class DemoSample:
     # per camera: (u, v, name) of every object whose centre is in view (the recognition loss's labels)
     object_uvs: tuple[tuple[tuple[float, float, str], ...], ...] = ()
     # per text task, per read (the model's middle, then last layer): where the object the task's text has to
-    # look at appears in each camera (as ``target_uvs``; () where it reads none): the memory note its
-    # neighbour (last), the question the object it is about, then the one its answer names
+    # look at appears in the base camera (as ``target_uvs``, None for the wrist camera; () where it reads
+    # none): the memory note its neighbour (last), the question the object it is about, then the one its
+    # answer names
     text_uvs: dict[str, tuple[tuple[tuple[float, float] | None, ...], ...]] = field(default_factory=dict)
 
 
@@ -166,12 +167,12 @@ def _goal_sample(painted: Scene, images: tuple[np.ndarray, ...], goal: int | Non
     about the scene drawn from ``rng``; ``seen``: the scene's ``objects_in_view``."""
     texts = {task: text(painted, goal, name) or "" for task, text in TEXTS.items()}
     uvs = _uvs(painted, goal) or (None,) * len(CAMERA_NAMES)
-    reads = {"memory": ((), _uvs(painted, memory_neighbour(painted, goal)))} if goal is not None else {}
+    reads = {"memory": ((), _table_uvs(painted, memory_neighbour(painted, goal)))} if goal is not None else {}
     question = ""
     if rng is not None:
         asked = draw_question(painted, rng)
         question, texts[ASK_TASK] = asked.text, answer(painted, asked)
-        reads[ASK_TASK] = tuple(_uvs(painted, i) for i in objects_read(painted, asked))
+        reads[ASK_TASK] = tuple(_table_uvs(painted, i) for i in objects_read(painted, asked))
     return DemoSample(images=images, state=state, actions=actions, instruction=instruction, texts=texts, target_uvs=uvs,
                       question=question, object_uvs=seen, text_uvs=reads)  # fmt: skip
 
@@ -182,6 +183,15 @@ def _uvs(scene: Scene, index: int | None) -> tuple[tuple[float, float] | None, .
         return ()
     centre = _centre(scene.objects[index])
     return tuple(view_fraction(scene, camera, centre) for camera in CAMERA_NAMES)
+
+
+def _table_uvs(scene: Scene, index: int | None) -> tuple[tuple[float, float] | None, ...]:
+    """``_uvs`` in the base camera only (None for the others; () for no object): the texts' places and sides
+    are the table's, and only the base camera sees the table from a fixed place. In the wrist camera, which
+    moves with the arm, where an object appears says nothing about where it stands, so a text task's look
+    there would read a place the answer does not mean."""
+    uvs = _uvs(scene, index)
+    return tuple(uv if camera == "base" else None for camera, uv in zip(CAMERA_NAMES, uvs)) if uvs else ()
 
 
 def tick_samples(episode: SimEpisode, actions: np.ndarray, permutation: np.ndarray | None, image_size: int,
