@@ -361,15 +361,17 @@ def test_text_uvs_point_where_the_texts_objects_are() -> None:
     """Each sample's ``text_uvs`` (the pointing loss's labels): the memory note's second read is where its
     neighbour appears (the object its note ends with), the question's reads where the object it is about and
     the object its answer names appear in the base camera, each as that object's ``target_uvs`` would be
-    there (the wrist camera, moving with the arm, is never a text's read); a sample naming an absent object
-    has no memory reads."""
+    there (the wrist camera, moving with the arm, is never a text's read); a look that finds no object (an
+    absent object's, nothing beside it) is None; the gripper's question reads none; a sample naming an absent
+    object has no memory reads."""
     from oxygen_ros.sim.dataset import episode_samples
+    from oxygen_ros.sim.questions import PHRASINGS
 
     def uvs_of(sample, name: str):  # noqa: ANN001, ANN202
         base = next(((u, v) for u, v, n in sample.object_uvs[0] if n == name), None)
         return (base, None)
 
-    counted = {"memory": 0, "about": 0, "answer": 0, "absent": 0}
+    counted = {"memory": 0, "about": 0, "answer": 0, "absent": 0, "no object": 0, "held": 0}
     for sample in itertools.islice(episode_samples(TRAIN_SEED_BASE + 7, 10, 0.2, 64, variations=True), 80):
         reads = sample.text_uvs
         if target_in(sample.instruction) is None or sample.texts["memory"].count(",") or "memory" not in reads:
@@ -379,9 +381,18 @@ def test_text_uvs_point_where_the_texts_objects_are() -> None:
             first, second = reads["memory"]
             assert first == () and second == uvs_of(sample, sample.texts["memory"].split(" the ")[-1])
             counted["memory"] += 1
+        if not reads["ask"]:
+            assert sample.question in PHRASINGS["train"]["held"]
+            counted["held"] += 1
+            continue
         about, named = reads["ask"]
         for uvs in (about, named):
-            assert uvs == () or (len(uvs) == 2 and uvs[1] is None)
+            assert uvs is None or uvs == () or (len(uvs) == 2 and uvs[1] is None)
+        if about is None:
+            assert sample.texts["ask"] == "not here" and named is None
+        if named is None:
+            assert sample.texts["ask"] in ("not here", "nothing")
+            counted["no object"] += 1
         if about:
             counted["about"] += 1
             assert any(uv is not None for uv in about)

@@ -390,7 +390,8 @@ def test_the_patch_heads_learn_and_stay_out_of_the_checkpoint(tmp_path: Path, ti
 def test_the_pointing_loss_is_the_served_attention_on_the_texts_objects(tmp_path: Path, tiny_preset: ModelConfig) -> None:
     """The pointing loss equals the cross-entropy, against the read maps, of head 0's attention probabilities
     as the joint forward computes them (its own queries, keys and mask, captured in the attention call) at
-    each task's last prompt token: the first read in the middle layer, the second in the last."""
+    each task's last prompt token: the first read in the middle layer, the second in the last; a look that
+    finds no object is scored on all the weight it puts off the images."""
     import oxygen_ros.model.mot as mot
     from oxygen_ros.train.grounding import PatchHeads
     from oxygen_ros.train.pointing import default_layers
@@ -400,6 +401,9 @@ def test_the_pointing_loss_is_the_served_attention_on_the_texts_objects(tmp_path
     runtime, data, _ = prepare(small_config(model_config, variations=True, pointing_weight=1.0), fake_expert_samples, tmp_path)
     model, cfg = runtime.model, runtime.model.config
     assert data.read_maps is not None and data.read_maps.shape[1:3] == (len(data.continuations), 2)
+    images = data.read_maps.shape[-1] - 1
+    assert images == int(data.image_slots.sum()) * cfg.tokens_per_image
+    assert (data.read_maps[..., -1] == 1).any() and (data.read_maps[..., :-1].sum(-1) > 0).any()
     # without the loss the read maps are not built
     _, off, _ = prepare(small_config(model_config, variations=True), fake_expert_samples, tmp_path / "off")
     assert off.read_maps is None and off.image_index.equal(data.image_index)
@@ -423,14 +427,15 @@ def test_the_pointing_loss_is_the_served_attention_on_the_texts_objects(tmp_path
         q, k, mask = calls[layer]
         scores = torch.einsum("bqd,bkd->bqk", q[:, :, 0], k[:, :, 0]) / cfg.backbone.head_dim**0.5
         probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-        terms = []
+        terms, away = [], 0
         for row in range(8):
             for k_task, at in enumerate(batch.read_rows[row].tolist()):
-                target = batch.read_maps[row, k_task, hop].flatten()
+                target = batch.read_maps[row, k_task, hop]
                 if at >= 0 and target.sum() > 0:
-                    p = probs[row, at, : target.numel()]
+                    p = torch.cat((probs[row, at, :images], probs[row, at, images:].sum().view(1)))
                     terms.append(-(target / target.sum() * p.log()).sum())
-        assert terms
+                    away += int(target[-1] > 0)
+        assert terms and (away or hop == 0)
         expected.append(torch.stack(terms).mean())
     torch.testing.assert_close(losses.pointing, torch.stack(expected).mean(), rtol=1e-4, atol=1e-5)
     # a read at layer -1 is off: only the second read's look is trained

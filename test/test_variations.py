@@ -123,8 +123,8 @@ def test_questions_have_true_answers() -> None:
 
 def test_a_question_reads_the_object_it_is_about_then_the_one_its_answer_names() -> None:
     """The pointing loss's targets: "where" reads its object twice (its place is the answer), "left of" and
-    "right of" the object, then the one the answer names (none for "nothing"); the gripper and absent objects
-    read none."""
+    "right of" the object, then the one the answer names (no object, None, for "nothing"); an absent object's
+    looks find no object; the gripper's question reads none."""
     kinds = {"object": 0, "nothing": 0}
     for seed in range(10_000, 10_030):
         scene = Scene.random(seed, 4)
@@ -138,7 +138,7 @@ def test_a_question_reads_the_object_it_is_about_then_the_one_its_answer_names()
                 assert (named is None) == (truth == NOTHING)
                 assert named is None or scene.objects[named].name == truth
                 kinds["nothing" if named is None else "object"] += 1
-        assert objects_read(scene, Question("held", "", None)) == (None, None)
+        assert objects_read(scene, Question("held", "", None)) == ()
         assert objects_read(scene, Question("left", "", absent_name(scene, np.random.default_rng(seed)))) == (None, None)
     assert min(kinds.values()) > 50
 

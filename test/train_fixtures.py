@@ -80,6 +80,7 @@ def _episode(rng: np.random.Generator, horizon: int, control_period_s: float, im
                 **({"ask": "on the left" if xy[0] < 0.5 else "on the right"} if step % 2 else {}),
             },
             question=f"where is the {colour} {kind}?" if step % 2 else "",
-            text_uvs={"memory": ((), uvs), **({"ask": (uvs, uvs)} if step % 2 else {})},
+            # every other question's second look finds no object (None): the pointing loss's ELSEWHERE
+            text_uvs={"memory": ((), uvs), **({"ask": (uvs, uvs if step % 4 == 1 else None)} if step % 2 else {})},
         )
         state = chunk[0]

@@ -75,6 +75,9 @@ DISTRACTOR_P = 0.3  # episodes with a distractor of the named object's colour or
 ABSENT_P = 0.3  # ticks (holding nothing) that also yield a sample naming an absent object: stay, say so
 
 
+NO_OBJECT = None  # a read of ``DemoSample.text_uvs`` that finds no object: its look goes to no image
+
+
 @dataclass(frozen=True)
 class DemoSample:
     images: tuple[np.ndarray, ...]  # one HxWx3 uint8 per camera slot used by the policy (base, wrist)
@@ -90,9 +93,9 @@ class DemoSample:
     object_uvs: tuple[tuple[tuple[float, float, str], ...], ...] = ()
     # per text task, per read (the model's middle, then last layer): where the object the task's text has to
     # look at appears in the base camera (as ``target_uvs``, None for the wrist camera; () where it reads
-    # none): the memory note its neighbour (last), the question the object it is about, then the one its
-    # answer names
-    text_uvs: dict[str, tuple[tuple[tuple[float, float] | None, ...], ...]] = field(default_factory=dict)
+    # none; NO_OBJECT where the look finds no object and goes to no image): the memory note its neighbour
+    # (last), the question the object it is about, then the one its answer names
+    text_uvs: dict[str, tuple[tuple[tuple[float, float] | None, ...] | None, ...]] = field(default_factory=dict)
 
 
 def vocabulary(variations: bool = False) -> list[str]:
@@ -172,7 +175,7 @@ def _goal_sample(painted: Scene, images: tuple[np.ndarray, ...], goal: int | Non
     if rng is not None:
         asked = draw_question(painted, rng)
         question, texts[ASK_TASK] = asked.text, answer(painted, asked)
-        reads[ASK_TASK] = tuple(_table_uvs(painted, i) for i in objects_read(painted, asked))
+        reads[ASK_TASK] = tuple(NO_OBJECT if i is None else _table_uvs(painted, i) for i in objects_read(painted, asked))
     return DemoSample(images=images, state=state, actions=actions, instruction=instruction, texts=texts, target_uvs=uvs,
                       question=question, object_uvs=seen, text_uvs=reads)  # fmt: skip
 

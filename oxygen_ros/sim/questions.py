@@ -70,12 +70,13 @@ def _beside(scene: Scene, index: int, side: str) -> int | None:
     return min(beside, key=lambda i: float(np.hypot(*(scene.objects[i].position[:2] - me.position[:2]))))
 
 
-def objects_read(scene: Scene, question: Question) -> tuple[int | None, int | None]:
-    """The objects a model has to look at to answer ``question``, in order (indices in ``scene``, None: no
-    such object): the one it is about, then the one the answer names ("where": the same one again, its place
-    is the answer). Questions about the gripper read none."""
+def objects_read(scene: Scene, question: Question) -> tuple[int | None, ...]:
+    """The objects a model has to look at to answer ``question``, in order (indices in ``scene``): the one it
+    is about, then the one the answer names ("where": the same one again, its place is the answer). None
+    where the look finds no object: both looks for an object the scene lacks ("not here"), the second for
+    "nothing" beside it. Questions about the gripper read none (an empty tuple)."""
     if question.kind == "held":
-        return None, None
+        return ()
     index = scene.find(question.about or "")
     if index is None:
         return None, None

@@ -40,7 +40,7 @@ class Batch:
     flow_samples: int = 1  # K: action-token groups after the prefix, one noise draw each
     target_maps: Tensor | None = None  # float [B, V, P]: per image, where the named object is (data.target_map)
     object_labels: Tensor | None = None  # long [B, V, P]: per image, the objects its patches show (data.object_labels)
-    read_maps: Tensor | None = None  # float [B, K, READS, V, P]: per text task, the objects it looks at (data.read_maps)
+    read_maps: Tensor | None = None  # float [B, K, READS, V·P + 1]: per text task, the objects it looks at (data.read_maps)
     read_rows: Tensor | None = None  # long [B, K]: joint-sequence index of each task's last prompt token (-1: none)
 
     @property

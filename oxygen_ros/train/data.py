@@ -24,7 +24,7 @@ from oxygen_ros.model.prompt import continuation_tokens, format_prompt
 from oxygen_ros.runtime.policy import QUESTION_TEMPLATE, PolicyRuntime
 
 from .grounding import IGNORE
-from .pointing import READS
+from .pointing import ELSEWHERE, READS
 
 
 class Sample(Protocol):
@@ -149,7 +149,7 @@ class TrainingSet:
     # long [N, V, P]: per image, the class (index in the object names) of the object whose centre each patch
     # shows, IGNORE elsewhere (object_labels); None: built without object names
     object_labels: torch.Tensor | None = None
-    # float32 [N, K, READS, V, P]: per text task, per read, where the object its text looks at is (read_maps);
+    # float32 [N, K, READS, V·P + 1]: per text task, per read, where the object its text looks at is (read_maps);
     # None: no sample says
     read_maps: torch.Tensor | None = None
 
@@ -226,16 +226,22 @@ def uv_map(uvs: Sequence[tuple[float, float] | None], images: Sequence[np.ndarra
 
 
 def read_maps(sample: Sample, grid: int, task_names: Sequence[str]) -> torch.Tensor:
-    """[K, READS, V, grid²]: per text task of ``task_names``, per read, where the object the task's text has to
-    look at appears in each camera image (the sample's ``text_uvs`` through ``uv_map``; zeros: none)."""
+    """[K, READS, V·grid² + 1]: per text task of ``task_names``, per read, where the object the task's text has
+    to look at appears in the camera images (the sample's ``text_uvs`` through ``uv_map``, image after image),
+    then one more entry (``ELSEWHERE``), 1 for a read that finds no object (a ``text_uvs`` read of None: the
+    look goes to no image); zeros: no read."""
     reads = getattr(sample, "text_uvs", {})
-    out = np.zeros((len(task_names), READS, len(sample.images), grid * grid), dtype=np.float32)
+    views = len(sample.images)
+    out = np.zeros((len(task_names), READS, views * grid * grid + 1), dtype=np.float32)
     for k, name in enumerate(task_names):
         hops = reads.get(name, ())
         if len(hops) > READS:
             raise ValueError(f"text_uvs of {name!r} has {len(hops)} reads; at most {READS}")
         for hop, uvs in enumerate(hops):
-            out[k, hop] = uv_map(uvs, sample.images, grid, f"text_uvs[{name!r}]")
+            if uvs is None:
+                out[k, hop, ELSEWHERE] = 1.0
+            else:
+                out[k, hop, :-1] = uv_map(uvs, sample.images, grid, f"text_uvs[{name!r}]").reshape(-1)
     return torch.from_numpy(out)
 
 

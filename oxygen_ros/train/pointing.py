@@ -8,7 +8,10 @@ near chance, "left of" / "right of" almost always "nothing"), since neither look
 before the other works. This loss gives each look one: at the task's last prompt token (the one that
 predicts the first word of the text), one attention head of a backbone layer is trained, per read, to put
 its weight on the patches that show the object (``text_uvs``, spread bilinearly over the nearest patch
-centres like the grounding labels): the first read in the middle layer, the second in the last. It
+centres like the grounding labels): the first read in the middle layer, the second in the last. A look
+that finds no object (a question about an object the scene lacks, nothing beside the one asked about) is
+trained to put its weight on no image: on the text it can see (``ELSEWHERE``), so "not here" and "nothing"
+have a look of their own to follow. It
 supervises the served model's own attention (the same weights, the same RoPE positions and keys as at
 inference), so nothing is added to the checkpoint.
 """
@@ -27,6 +30,9 @@ from oxygen_ros.model.mot import MoTLayer
 from .grounding import default_layer
 
 READS = 2  # looks per text task: the object it is about, then the object its text names
+# A read map's last entry: the weight of "no image" (the look finds no object and rests on the text tokens
+# it sees); the entries before it are the image tokens'.
+ELSEWHERE = -1
 HEAD = 0  # the query head that is trained to point (the other heads stay free)
 
 
@@ -39,8 +45,9 @@ def pointing_loss(
     layer: MoTLayer, x: Tensor, cos: Tensor, sin: Tensor, visible: Tensor, samples: Tensor, rows: Tensor, maps: Tensor,
 ) -> Tensor:
     """Cross-entropy of head ``HEAD``'s attention at ``layer``, whose backbone input is ``x`` [B, T, W], from
-    the query tokens ``rows`` [n] of samples ``samples`` [n], against ``maps`` [n, I] (the target distribution
-    over the first I tokens, the image tokens). ``visible`` [n, T] is each query's row of the joint attention
+    the query tokens ``rows`` [n] of samples ``samples`` [n], against ``maps`` [n, I + 1] (the target
+    distribution over the first I tokens, the image tokens, and, last, over the rest the query sees: all
+    its weight off the images counts as one outcome). ``visible`` [n, T] is each query's row of the joint attention
     mask over the backbone tokens (its prefix and its own text), so the probabilities are exactly the served
     attention's; cos/sin [B, L, D] are the joint sequence's RoPE tables."""
     block = layer.vlm
@@ -54,18 +61,22 @@ def pointing_loss(
     q = proj.q_proj(hq).view(-1, 1, proj.num_heads, d)[:, :, HEAD : HEAD + 1]
     q = apply_rope(q, cos[samples, rows].unsqueeze(1), sin[samples, rows].unsqueeze(1))[:, 0, 0]  # [n, D]
     scores = torch.einsum("nd,ntd->nt", q.float(), k[samples].float()) / math.sqrt(d)
-    log_probs = F.log_softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)[:, : maps.shape[1]]
+    log_probs = F.log_softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)
+    images = maps.shape[1] - 1  # the map's last entry is ELSEWHERE
+    # the query always sees itself, so the weight off the images is never 0 and its log is finite
+    elsewhere = torch.logsumexp(log_probs[:, images:], dim=-1, keepdim=True)
+    log_probs = torch.cat((log_probs[:, :images], elsewhere), dim=-1)
     target = maps / maps.sum(-1, keepdim=True)
     return -(target * log_probs).sum(-1).mean()
 
 
 def read_targets(maps: Tensor, rows: Tensor) -> list[tuple[Tensor, Tensor, Tensor]]:
     """Per read, the (samples, query rows, target maps [n, V·P]) of the text tasks that have an object to look
-    at: ``maps`` [B, K, READS, V, P] and ``rows`` [B, K] (the joint-sequence index of each task's last prompt
-    token, -1 where the sample has no such text)."""
+    at: ``maps`` [B, K, READS, V·P + 1] and ``rows`` [B, K] (the joint-sequence index of each task's last
+    prompt token, -1 where the sample has no such text)."""
     out = []
     for hop in range(maps.shape[2]):
-        flat = maps[:, :, hop].flatten(2)  # [B, K, V·P]
+        flat = maps[:, :, hop]  # [B, K, V·P + 1]
         has = (flat.sum(-1) > 0) & (rows >= 0)
         samples, tasks = has.nonzero(as_tuple=True)
         out.append((samples, rows[samples, tasks], flat[samples, tasks]))
