@@ -11,7 +11,6 @@ import argparse
 import statistics
 import tempfile
 import time
-from dataclasses import replace
 from functools import partial
 
 import torch
@@ -40,7 +39,7 @@ def main() -> None:
             for weight, (cfg, model, data, heads) in runs.items():
                 history: dict[str, list[float]] = {"total": [], "flow": [], "text": [], "lr": []}
                 start = time.perf_counter()
-                _optimize(model, data, cfg, replace(cfg), torch.Generator().manual_seed(repeat), history, "", False, None, heads)
+                _optimize(model, data, cfg, cfg, torch.Generator().manual_seed(repeat), history, "", False, None, heads)
                 seconds[weight].append((time.perf_counter() - start) / cfg.steps)
     for weight, values in seconds.items():
         print(f"pointing weight {weight}: " + ", ".join(f"{v:.3f}" for v in values) + f" s/step, median {statistics.median(values):.3f}")
