@@ -26,6 +26,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=4)
     args = parser.parse_args()
+    if args.weight <= 0:
+        parser.error("--weight must be > 0 (the first configuration is the loss off)")
     torch.set_num_threads(2)
     runs = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -48,8 +48,8 @@ def pointing_loss(
     the query tokens ``rows`` [n] of samples ``samples`` [n], against ``maps`` [n, I + 1] (the target
     distribution over the first I tokens, the image tokens, and, last, over the rest the query sees: all
     its weight off the images counts as one outcome). ``visible`` [n, T] is each query's row of the joint
-    attention mask over the backbone tokens (its prefix and its own text), so the probabilities are exactly the served
-    attention's; cos/sin [B, L, D] are the joint sequence's RoPE tables."""
+    attention mask over the backbone tokens (its prefix and its own text), so the probabilities are exactly
+    the served attention's; cos/sin [B, L, D] are the joint sequence's RoPE tables."""
     block = layer.vlm
     proj = block.self_attn
     d, group = proj.head_dim, proj.num_heads // proj.num_kv_heads
@@ -72,8 +72,8 @@ def pointing_loss(
 
 def read_targets(maps: Tensor, rows: Tensor) -> list[tuple[Tensor, Tensor, Tensor]]:
     """Per read, the (samples, query rows, target maps [n, V·P + 1]) of the text tasks whose look has a target
-    (an object, or ELSEWHERE): ``maps`` [B, K, READS, V·P + 1] and ``rows`` [B, K] (the joint-sequence index of each task's last
-    prompt token, -1 where the sample has no such text)."""
+    (an object, or ELSEWHERE): ``maps`` [B, K, READS, V·P + 1] and ``rows`` [B, K] (the joint-sequence index
+    of each task's last prompt token, -1 where the sample has no such text)."""
     out = []
     for hop in range(maps.shape[2]):
         flat = maps[:, :, hop]  # [B, K, V·P + 1]
