@@ -9,7 +9,7 @@ import pytest
 
 from oxygen_ros.runtime import PolicyRuntime, RuntimeConfig
 from oxygen_ros.sim.dagger import policy_samples
-from oxygen_ros.sim.dataset import CONTROL_PERIOD_S, TRAIN_SEED_BASE
+from oxygen_ros.sim.dataset import CONTROL_PERIOD_S, TRAIN_SEED_BASE, drawn_distractor
 from oxygen_ros.sim.episode import DEFAULT_TIME_LIMIT_S, EpisodeSpec, SimEpisode
 from oxygen_ros.sim.evaluate import EvalSettings, run_episode
 from oxygen_ros.sim.expert import expert_chunk
@@ -46,6 +46,17 @@ def test_every_tick_the_policy_reached_is_labelled_by_the_expert(runtime: Policy
         np.testing.assert_array_equal(sample.actions, labels[k].astype(np.float32))
     # The policy moved the arm: the states differ from tick to tick, not the expert's own path.
     assert any(not np.allclose(states[k], states[k + 1]) for k in range(len(states) - 1))
+
+
+def test_with_variations_the_policy_also_meets_distractors(runtime: PolicyRuntime) -> None:
+    data = policy_samples(runtime, seed=11, episodes=8, progress=False, time_limit_s=LIMIT_S, variations=True)
+    specs = [drawn_distractor(EpisodeSpec.from_seed(s), np.random.default_rng([s, 19])) for s in data.seeds]
+    assert {s.distractor for s in specs} > {""}  # some scenes got one (P = 0.3 of 8), some not
+    labelled = {sample.state.tobytes() for sample in data.samples}
+    for spec in specs:  # the scenes the policy drove are the ones with the distractor: its states are labelled
+        states: list[np.ndarray] = []
+        run_episode(runtime, spec, EvalSettings(time_limit_s=LIMIT_S), on_tick=lambda e, _s: states.append(e.state.copy()))
+        assert all(state.tobytes() in labelled for state in states)
 
 
 def test_the_episodes_are_deterministic_for_the_seed(runtime: PolicyRuntime) -> None:

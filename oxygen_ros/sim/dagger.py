@@ -6,8 +6,10 @@ demo policy, its fingertips stopped 2-3 cm short of the object and it kept desce
 expert would centre first. Here the current policy runs closed-loop episodes exactly as `evaluate.py` runs
 them (the runtime's own preprocessing, `action_only`), and every tick yields the same samples as an expert
 tick (`dataset.tick_samples`: its own sample, the goal alternatives, colours permuted) labelled by the
-expert from the state the policy really reached (Ross et al., 2011). The trainer adds them to its data
-and trains on.
+expert from the state the policy really reached (Ross et al., 2011). With the variations on, its scenes
+get the expert episodes' distractors too: a same-colour object is where a policy that half-reads the kind
+word drifts, and only its own episodes show the expert what to do from there. The trainer adds the samples
+to its data and trains on.
 
 The episodes are independent, so they run in forked worker processes (each on one torch thread, the
 policy's weights shared copy-on-write) and come back in seed order: the result is the same for any number
@@ -27,7 +29,7 @@ from tqdm import tqdm
 
 from oxygen_ros.runtime import PolicyRuntime
 
-from .dataset import CONTROL_PERIOD_S, DemoSample, tick_samples, training_seeds
+from .dataset import CONTROL_PERIOD_S, DemoSample, drawn_distractor, tick_samples, training_seeds
 from .episode import DEFAULT_TIME_LIMIT_S, EpisodeSpec, SimEpisode
 from .evaluate import EvalSettings, run_episode
 from .expert import expert_chunk
@@ -62,6 +64,8 @@ def _labelled_episode(seed: int) -> tuple[bool, list[DemoSample]]:
     runtime, settings = _JOB.runtime, _JOB.settings
     horizon, size = runtime.model_config.action_horizon, runtime.image_size
     spec = EpisodeSpec.from_seed(seed)
+    if _JOB.variations:  # the distractors of the expert's episodes, where the policy's own mistakes show most
+        spec = drawn_distractor(spec, np.random.default_rng([seed, 19]))
     rng = np.random.default_rng([spec.seed, 13])
     samples: list[DemoSample] = []
 

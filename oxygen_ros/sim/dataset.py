@@ -242,6 +242,13 @@ def _decoy(episode: SimEpisode, rng: np.random.Generator) -> int | None:
     return others[int(rng.integers(len(others)))]
 
 
+def drawn_distractor(spec: EpisodeSpec, rng: np.random.Generator) -> EpisodeSpec:
+    """``spec`` with, in ``DISTRACTOR_P`` of the draws, a distractor of the named object's colour or kind."""
+    if rng.random() < DISTRACTOR_P:
+        return replace(spec, distractor=DISTRACTORS[int(rng.integers(len(DISTRACTORS)))])
+    return spec
+
+
 def episode_samples(episode_seed: int, horizon: int, control_period_s: float, image_size: int,
                     noisy: bool | None = None, recolour: bool = True, relabel: bool = True,
                     variations: bool = False) -> Iterator[DemoSample]:
@@ -250,8 +257,8 @@ def episode_samples(episode_seed: int, horizon: int, control_period_s: float, im
     ``variations`` sometimes a distractor, and the variations of ``tick_samples``)."""
     spec = EpisodeSpec.from_seed(episode_seed)
     rng = np.random.default_rng([episode_seed, 11])
-    if variations and relabel and rng.random() < DISTRACTOR_P:
-        spec = replace(spec, distractor=DISTRACTORS[int(rng.integers(len(DISTRACTORS)))])
+    if variations and relabel:
+        spec = drawn_distractor(spec, rng)
     episode = SimEpisode(spec, control_period_s, stop_on_success=False)
     clean = rng.random() < CLEAN_SHARE if noisy is None else not noisy
     scale = 0.0 if clean else rng.uniform(*NOISE_RAD)
