@@ -390,8 +390,8 @@ def test_the_patch_heads_learn_and_stay_out_of_the_checkpoint(tmp_path: Path, ti
 def test_the_pointing_loss_is_the_served_attention_on_the_texts_objects(tmp_path: Path, tiny_preset: ModelConfig) -> None:
     """The pointing loss equals the cross-entropy, against the read maps, of head 0's attention probabilities
     as the joint forward computes them (its own queries, keys and mask, captured in the attention call) at
-    each task's last prompt token: the first read in the middle layer, the second in the last; a look that
-    finds no object is scored on all the weight it puts off the images."""
+    every position that predicts a token of the task's text: the first read in the middle layer, the second
+    in the last; a look that finds no object is scored on all the weight it puts off the images."""
     import oxygen_ros.model.mot as mot
     from oxygen_ros.train.grounding import PatchHeads
     from oxygen_ros.train.pointing import default_layers
@@ -408,10 +408,15 @@ def test_the_pointing_loss_is_the_served_attention_on_the_texts_objects(tmp_path
     _, off, _ = prepare(small_config(model_config, variations=True), fake_expert_samples, tmp_path / "off")
     assert off.read_maps is None and off.image_index.equal(data.image_index)
     batch = make_batch(data, torch.arange(8), cfg.tokens_per_image, cfg.pad_token_id)
+    assert batch.read_spans is not None and int(batch.read_spans.max()) > 1
+    eos = cfg.eos_token_id
     for row in range(8):  # each read row is the last token of its task's prompt (the question's, for "ask")
-        for k, at in enumerate(batch.read_rows[row].tolist()):
+        for k, (at, span) in enumerate(zip(batch.read_rows[row].tolist(), batch.read_spans[row].tolist())):
             if at >= 0:
                 assert batch.tokens[row, at - batch.num_image_tokens] == data.continuation(row, k)[-1]
+                # ... and from there on, span positions predict the text's tokens, the next one its EOS
+                labels = batch.labels[row, at - batch.num_image_tokens : at - batch.num_image_tokens + span + 1]
+                assert (labels[:-1] != eos).all() and labels[-1] == eos
     calls = []
     served = mot.attend
     mot.attend = lambda q, k, v, mask, bias=None: calls.append((q, k, mask)) or served(q, k, v, mask, bias)
@@ -429,9 +434,11 @@ def test_the_pointing_loss_is_the_served_attention_on_the_texts_objects(tmp_path
         probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
         terms, away = [], 0
         for row in range(8):
-            for k_task, at in enumerate(batch.read_rows[row].tolist()):
+            for k_task, (first, span) in enumerate(zip(batch.read_rows[row].tolist(), batch.read_spans[row].tolist())):
                 target = batch.read_maps[row, k_task, hop]
-                if at >= 0 and target.sum() > 0:
+                if first < 0 or target.sum() == 0:
+                    continue
+                for at in range(first, first + span):
                     p = torch.cat((probs[row, at, :images], probs[row, at, images:].sum().view(1)))
                     terms.append(-(target / target.sum() * p.log()).sum())
                     away += int(target[-1] > 0)

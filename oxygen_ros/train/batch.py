@@ -42,6 +42,8 @@ class Batch:
     object_labels: Tensor | None = None  # long [B, V, P]: per image, the objects its patches show (data.object_labels)
     read_maps: Tensor | None = None  # float [B, K, READS, V·P + 1]: per text task, the objects it looks at (data.read_maps)
     read_rows: Tensor | None = None  # long [B, K]: joint-sequence index of each task's last prompt token (-1: none)
+    # long [B, K]: how many positions from read_rows on predict a token of the task's text (EOS aside)
+    read_spans: Tensor | None = None
 
     @property
     def size(self) -> int:
@@ -67,6 +69,7 @@ def make_batch(data: TrainingSet, index: Tensor, tokens_per_image: int, pad_id: 
     kinds = torch.full((b, n_img + length + actions_len), PAD, dtype=torch.long)
     positions = torch.zeros(b, n_img + length + actions_len, dtype=torch.long)
     rows = torch.full((b, len(data.continuations)), -1, dtype=torch.long)
+    spans = torch.zeros((b, len(data.continuations)), dtype=torch.long)
     kinds[:, :n_img] = IMAGE
     positions[:, :n_img] = torch.arange(n_img)
     for row, (prompt, sample) in enumerate(zip(prompts, index.tolist())):
@@ -85,6 +88,7 @@ def make_batch(data: TrainingSet, index: Tensor, tokens_per_image: int, pad_id: 
             # The last continuation token predicts the first text token, and so on up to EOS.
             labels[row, at + cont.numel() - 1 : at + n] = target
             rows[row, k] = n_img + at + cont.numel() - 1
+            spans[row, k] = max(target.numel() - 1, 1)
             kinds[row, n_img + at : n_img + at + n] = FIRST_TASK + k
             positions[row, n_img + at : n_img + at + n] = torch.arange(prefix_len, prefix_len + n)
             at += n
@@ -95,7 +99,7 @@ def make_batch(data: TrainingSet, index: Tensor, tokens_per_image: int, pad_id: 
     objects = data.object_labels[index] if data.object_labels is not None else None
     reads = data.read_maps[index] if data.read_maps is not None else None
     return Batch(images, tokens, labels, kinds, positions, data.actions[index], n_img, flow_samples, targets, objects,
-                 reads, rows if reads is not None else None)  # fmt: skip
+                 reads, rows if reads is not None else None, spans if reads is not None else None)  # fmt: skip
 
 
 def action_groups(batch: Batch) -> Tensor:

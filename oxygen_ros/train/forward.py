@@ -120,7 +120,8 @@ def compute_losses(
     taps = ((heads.layer,) if point_head else ()) + ((heads.recognition_layer,) if name_head else ())  # type: ignore[union-attr]
     reads: Reads = {}
     if heads is not None and heads.pointing_weight and batch.read_maps is not None and batch.read_rows is not None:
-        for layer, targets in zip(heads.pointing_layers, read_targets(batch.read_maps, batch.read_rows)):
+        spans = batch.read_spans if batch.read_spans is not None else torch.ones_like(batch.read_rows)
+        for layer, targets in zip(heads.pointing_layers, read_targets(batch.read_maps, batch.read_rows, spans)):
             if layer >= 0:
                 reads.setdefault(layer, []).append(targets)
     hidden, velocity, patches, pointed = _joint_pass(model, batch, x_t, times, taps, reads)
