@@ -56,9 +56,9 @@ def training_tasks() -> list[TaskConfig]:
 
 @dataclass
 class TrainConfig:
-    steps: int = 2600
+    steps: int = 2400
     seed: int = 0
-    samples: int = 28000  # expert samples (about 2.2 per control tick with the goal alternatives), generated before training
+    samples: int = 24000  # expert samples (about 2.2 per control tick with the goal alternatives), generated before training
     data_workers: int = 2  # processes generating them (part of what makes the expert data: keep it fixed); also
     # the processes of the DAgger rollouts (those come out the same for any number)
     batch_size: int = 32
@@ -81,11 +81,10 @@ class TrainConfig:
     recognition_layer: int = -1  # backbone layer its head reads (-1: the image features entering the backbone)
     object_names: tuple[str, ...] = ()
     # the pointing loss (pointing.py): each text task's attention looks at the objects its text is about (the
-    # samples' text_uvs); 0 = off, the committed recipe: at 0.1 it takes the answers from 0.48 to 0.83 and the
-    # notes up, but a distractor of the named object's colour from 0.95 to 0.81 (docs/training.md, the
-    # pointing loss). pointing_layers: the backbone layer of each read (empty: the middle, then the last; -1:
-    # that read off)
-    pointing_weight: float = 0.0
+    # samples' text_uvs); 0 = off. The committed recipe has it at 0.1: the questions' answers and the memory
+    # notes learn to read the objects they name (docs/training.md, the pointing loss). pointing_layers: the
+    # backbone layer of each read (empty: the middle, then the last; -1: that read off)
+    pointing_weight: float = 0.1
     pointing_layers: tuple[int, ...] = ()
     # BPE-dropout of the training prompts (Tokenizer.sampling): words the data never show whole (typed in capitals,
     # new verbs) reach the model in pieces it has learned; 0 = the canonical segmentation only (the committed
