@@ -56,9 +56,9 @@ def training_tasks() -> list[TaskConfig]:
 
 @dataclass
 class TrainConfig:
-    steps: int = 2400
+    steps: int = 2600
     seed: int = 0
-    samples: int = 24000  # expert samples (about 2.2 per control tick with the goal alternatives), generated before training
+    samples: int = 28000  # expert samples (about 2.2 per control tick with the goal alternatives), generated before training
     data_workers: int = 2  # processes generating them (part of what makes the expert data: keep it fixed); also
     # the processes of the DAgger rollouts (those come out the same for any number)
     batch_size: int = 32
