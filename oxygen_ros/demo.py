@@ -149,7 +149,9 @@ class Listener:
         out = AnswerOut(question, r.answer.strip(), source, self._node.get_clock().now().nanoseconds, log.truth_at(source, question))
         log.answers.append(out)
         truth = "" if out.mark != "✗" else f" (true: {out.truth})"
-        self._say(f"  [asked] {question} → {out.answer}  {out.mark}{truth}")
+        # an answer can arrive after its episode ended (and the next one began): say which episode it is about
+        where = "" if log is self.current and not log.end_ns else f" in episode {log.index + 1}"
+        self._say(f"  [asked{where}] {question} → {out.answer}  {out.mark}{truth}")
 
     def _on_view(self, msg) -> None:  # noqa: ANN001
         from oxygen_ros.interface.convert import image_to_array, stamp_to_ns

@@ -26,7 +26,8 @@ def test_demo_runs_an_episode_over_dds_and_writes_the_gif_and_the_summary(tmp_pa
     assert done.returncode == 0, log
     assert '=== episode 1: "' in log and "=== episode 1: FAILED" in log and "[narration]" in log, log
     assert "success: 0/1 episodes" in log and "action chunks; median prefill" in log, log
-    assert "[asked] where is the " in log and "answers right in " in log, log  # a question over ~/ask, judged
+    # a question over ~/ask, judged (an answer that arrives after its episode ended names the episode)
+    assert re.search(r"\[asked( in episode 1)?\] where is the ", log) and "answers right in " in log, log
     gif = Image.open(out / "demo_episode.gif")
     assert gif.n_frames >= 10 and gif.size[0] > 300
     reported = re.search(r"demo_episode\.gif \(episode 1, (\d+) frames", log)
