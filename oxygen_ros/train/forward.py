@@ -119,9 +119,9 @@ def compute_losses(
     name_head = heads.recognition if heads is not None and heads.recognition_weight and batch.object_labels is not None else None
     taps = ((heads.layer,) if point_head else ()) + ((heads.recognition_layer,) if name_head else ())  # type: ignore[union-attr]
     reads: Reads = {}
-    if heads is not None and heads.pointing_weight and batch.read_maps is not None and batch.read_rows is not None:
-        spans = batch.read_spans if batch.read_spans is not None else torch.ones_like(batch.read_rows)
-        for layer, targets in zip(heads.pointing_layers, read_targets(batch.read_maps, batch.read_rows, spans)):
+    if heads is not None and heads.pointing_weight and batch.read_maps is not None and batch.read_rows is not None \
+            and batch.read_spans is not None:  # fmt: skip
+        for layer, targets in zip(heads.pointing_layers, read_targets(batch.read_maps, batch.read_rows, batch.read_spans)):
             if layer >= 0:
                 reads.setdefault(layer, []).append(targets)
     hidden, velocity, patches, pointed = _joint_pass(model, batch, x_t, times, taps, reads)
