@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +18,9 @@ from oxygen_ros.model.config import ModelConfig, TINY
 from oxygen_ros.runtime.config import RuntimeConfig, default_tasks
 from oxygen_ros.runtime.policy import PolicyRuntime
 from oxygen_ros.train.batch import IGNORE, make_batch
-from oxygen_ros.train.data import collect_samples, pixels_from_uint8
+from oxygen_ros.train.data import build_training_set, collect_samples, pixels_from_uint8
 from oxygen_ros.train.forward import compute_losses, joint_forward
-from oxygen_ros.train.trainer import TrainConfig, prepare, train
+from oxygen_ros.train.trainer import TrainConfig, deterministic_kernels, prepare, train
 
 from train_fixtures import COLOURS, KINDS, STATE_DIM, fake_expert_samples
 
@@ -45,6 +46,71 @@ def test_expert_samples_come_from_one_stream_per_worker_with_a_progress_bar(work
     expected = [s for stream in streams for s in stream]
     assert len(got) == 9 and all(np.array_equal(a.actions, b.actions) for a, b in zip(got, expected))
     assert "expert samples" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_preprocessing_in_worker_processes_gives_the_same_batches(tmp_path: Path, tiny_preset: ModelConfig, workers: int,
+                                                                  capsys) -> None:  # noqa: ANN001
+    cfg = small_config(tiny_preset, variations=True, pointing_weight=0.1)
+    runtime, _, _ = prepare(cfg, fake_expert_samples, tmp_path)
+    model = runtime.model_config
+    samples = collect_samples(fake_expert_samples, 5, 23, model.action_horizon, 0.2, model.vision.image_size)
+    options = dict(task_names=cfg.text_task_names(), delta_mask=cfg.delta_mask(model.action_dim), with_reads=True)
+    one = build_training_set(samples, runtime, **options)
+    threads = torch.get_num_threads()
+    built: list = []
+    try:  # the trainer forks with its OpenMP pool started: a worker that used it would wait forever
+        torch.set_num_threads(2)
+        (torch.randn(512, 512) @ torch.randn(512, 512)).sum()
+        build = threading.Thread(target=lambda: built.append(
+            build_training_set(samples, runtime, **options, workers=workers, progress=True)), daemon=True)
+        build.start()
+        build.join(timeout=120)
+    finally:
+        torch.set_num_threads(threads)
+    assert built, "the preprocessing workers hung"
+    parts = built[0]
+    assert "preprocessing" in capsys.readouterr().err
+    assert len(parts) == len(one) == 23
+    index = torch.arange(23)
+    a, b = (make_batch(d, index, model.tokens_per_image, model.pad_token_id, 2) for d in (one, parts))
+    for name in ("images", "tokens", "labels", "kinds", "positions", "actions", "target_maps", "read_maps", "read_rows", "read_spans"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+
+
+def test_a_gather_with_repeated_indices_has_one_gradient_under_the_deterministic_kernels() -> None:
+    """The pointing loss's pattern (each sample's keys gathered once per look, then a product): its backward
+    sums the repeats; the training loop runs it with the deterministic kernels, so one batch gives one
+    gradient on two threads while a third keeps the cores busy."""
+    gen = torch.Generator().manual_seed(0)
+    keys = torch.randn(8, 120, 32, generator=gen, requires_grad=True)
+    samples = torch.randint(8, (400,), generator=gen)  # about 50 looks per sample
+    queries = torch.randn(400, 32, generator=gen)
+    busy = threading.Event()
+
+    def load() -> None:
+        x = torch.randn(256, 256)
+        while not busy.is_set():
+            x = torch.tanh(x @ x)
+
+    threads = torch.get_num_threads()
+    worker = threading.Thread(target=load, daemon=True)
+    worker.start()
+    grads = set()
+    try:
+        torch.set_num_threads(2)
+        with deterministic_kernels():
+            assert torch.are_deterministic_algorithms_enabled()
+            for _ in range(20):
+                keys.grad = None
+                torch.einsum("nd,ntd->nt", queries, keys[samples]).logsumexp(-1).sum().backward()
+                grads.add(keys.grad.numpy().tobytes())
+        assert not torch.are_deterministic_algorithms_enabled()  # the caller's setting again
+    finally:
+        busy.set()
+        worker.join()
+        torch.set_num_threads(threads)
+    assert len(grads) == 1
 
 
 def test_a_few_steps_lower_both_losses(tmp_path: Path, tiny_preset: ModelConfig) -> None:

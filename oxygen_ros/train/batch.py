@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+from torch.nn.utils.rnn import pad_sequence
 
 from .data import TrainingSet, pixels_from_uint8
 from .grounding import IGNORE  # also the label of positions without a text target
@@ -50,6 +51,45 @@ class Batch:
         return self.actions.shape[0]
 
 
+@dataclass(frozen=True)
+class TextLayout:
+    """One sample's text streams end to end, as every batch places them after its padded prompt: per task
+    with a text, its continuation prompt then the text minus its last token (EOS)."""
+
+    tokens: Tensor  # long [n]
+    labels: Tensor  # long [n]: the last continuation token predicts the first text token, and so on up to EOS
+    kinds: Tensor  # long [n]: FIRST_TASK + k
+    offsets: Tensor  # long [n]: position after the prefix (each task starts right after it, a forked request)
+    rows: Tensor  # long [K]: index in the streams of each task's last continuation token (-1: no text)
+    spans: Tensor  # long [K]: positions from that row on that predict a token of the text (EOS aside), at least 1
+
+
+def text_layout(data: TrainingSet, sample: int) -> TextLayout:
+    """The layout of ``sample``'s text streams, computed once per training set."""
+    layout = data.layouts.get(sample)
+    if layout is None:
+        tasks = len(data.continuations)
+        parts: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []
+        rows = torch.full((tasks,), -1, dtype=torch.long)
+        spans = torch.zeros(tasks, dtype=torch.long)
+        at = 0
+        for k, target in enumerate(data.texts[sample]):
+            if not target.numel():  # no such text in this sample (an unasked question)
+                continue
+            cont = data.continuation(sample, k)
+            n = cont.numel() + target.numel() - 1
+            labels = torch.cat((torch.full((cont.numel() - 1,), IGNORE, dtype=torch.long), target))
+            parts.append((torch.cat((cont, target[:-1])), labels, torch.full((n,), FIRST_TASK + k), torch.arange(n)))
+            rows[k] = at + cont.numel() - 1
+            spans[k] = max(target.numel() - 1, 1)
+            at += n
+        empty = torch.zeros(0, dtype=torch.long)
+        columns = [torch.cat(column) for column in zip(*parts)] if parts else [empty] * 4
+        layout = TextLayout(*columns, rows, spans)
+        data.layouts[sample] = layout
+    return layout
+
+
 def make_batch(data: TrainingSet, index: Tensor, tokens_per_image: int, pad_id: int, flow_samples: int = 1) -> Batch:
     """Collate the samples ``index`` of ``data`` into one joint sequence each, with ``flow_samples`` action groups."""
     if flow_samples < 1:
@@ -57,43 +97,34 @@ def make_batch(data: TrainingSet, index: Tensor, tokens_per_image: int, pad_id: 
     b = index.numel()
     n_img = int(data.image_slots.sum()) * tokens_per_image
     horizon = data.actions.shape[1]
-    actions_len = horizon * flow_samples
-    prompts = [data.prompts[i] for i in index.tolist()]
-    # Each task's stream: its continuation prompt then the target text minus its last token (EOS).
-    streams = [[torch.cat((data.continuation(i, k), t[:-1])) for k, t in enumerate(data.texts[i])] for i in index.tolist()]
-    p_max = max(p.numel() for p in prompts)
-    t_max = max(sum(s.numel() for s in row) for row in streams)
-    length = p_max + t_max
-    tokens = torch.full((b, length), pad_id, dtype=torch.long)
-    labels = torch.full((b, length), IGNORE, dtype=torch.long)
-    kinds = torch.full((b, n_img + length + actions_len), PAD, dtype=torch.long)
-    positions = torch.zeros(b, n_img + length + actions_len, dtype=torch.long)
-    rows = torch.full((b, len(data.continuations)), -1, dtype=torch.long)
-    spans = torch.zeros((b, len(data.continuations)), dtype=torch.long)
-    kinds[:, :n_img] = IMAGE
-    positions[:, :n_img] = torch.arange(n_img)
-    for row, (prompt, sample) in enumerate(zip(prompts, index.tolist())):
-        n_p = prompt.numel()
-        prefix_len = n_img + n_p
-        tokens[row, :n_p] = prompt
-        kinds[row, n_img : n_img + n_p] = PROMPT
-        positions[row, n_img : n_img + n_p] = torch.arange(n_img, prefix_len)
-        at = p_max
-        for k, (stream, target) in enumerate(zip(streams[row], data.texts[sample])):
-            n = stream.numel()
-            if not target.numel():  # no such text in this sample (an unasked question)
-                continue
-            cont = data.continuation(sample, k)
-            tokens[row, at : at + n] = stream
-            # The last continuation token predicts the first text token, and so on up to EOS.
-            labels[row, at + cont.numel() - 1 : at + n] = target
-            rows[row, k] = n_img + at + cont.numel() - 1
-            spans[row, k] = max(target.numel() - 1, 1)
-            kinds[row, n_img + at : n_img + at + n] = FIRST_TASK + k
-            positions[row, n_img + at : n_img + at + n] = torch.arange(prefix_len, prefix_len + n)
-            at += n
-        kinds[row, n_img + length :] = ACTION
-        positions[row, n_img + length :] = torch.arange(prefix_len, prefix_len + horizon).repeat(flow_samples)
+    samples = index.tolist()
+    prompts = [data.prompts[i] for i in samples]
+    layouts = [text_layout(data, i) for i in samples]
+    prompt_len = torch.tensor([p.numel() for p in prompts])
+    p_max = int(prompt_len.max())
+    in_prompt = torch.arange(p_max) < prompt_len.unsqueeze(1)
+    prefix_len = (n_img + prompt_len).unsqueeze(1)
+    stream_kinds = pad_sequence([t.kinds for t in layouts], batch_first=True, padding_value=PAD)
+    stream_positions = torch.where(stream_kinds == PAD, 0, prefix_len + pad_sequence([t.offsets for t in layouts], batch_first=True))
+    prompt_tokens = pad_sequence(prompts, batch_first=True, padding_value=pad_id)
+    tokens = torch.cat((prompt_tokens, pad_sequence([t.tokens for t in layouts], batch_first=True, padding_value=pad_id)), 1)
+    stream_labels = pad_sequence([t.labels for t in layouts], batch_first=True, padding_value=IGNORE)
+    labels = torch.cat((torch.full((b, p_max), IGNORE, dtype=torch.long), stream_labels), 1)
+    kinds = torch.cat((
+        torch.full((b, n_img), IMAGE, dtype=torch.long),
+        torch.where(in_prompt, PROMPT, PAD),
+        stream_kinds,
+        torch.full((b, horizon * flow_samples), ACTION, dtype=torch.long),
+    ), 1)  # fmt: skip
+    positions = torch.cat((
+        torch.arange(n_img).expand(b, n_img),
+        torch.where(in_prompt, n_img + torch.arange(p_max), 0),
+        stream_positions,
+        prefix_len + torch.arange(horizon).repeat(flow_samples),
+    ), 1)  # fmt: skip
+    rows = torch.stack([t.rows for t in layouts])
+    rows = torch.where(rows >= 0, rows + n_img + p_max, -1)
+    spans = torch.stack([t.spans for t in layouts])
     images = pixels_from_uint8(data.pixels[data.image_index[index]].flatten(0, 1))
     targets = data.target_maps[index] if data.target_maps is not None else None
     objects = data.object_labels[index] if data.object_labels is not None else None

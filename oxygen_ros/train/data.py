@@ -7,11 +7,13 @@ the runtime's engine, so the model is trained on exactly the inputs it is served
 
 from __future__ import annotations
 
+import functools
 import itertools
 import multiprocessing
+import operator
 from contextlib import contextmanager
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 import numpy as np
@@ -44,7 +46,8 @@ class Sample(Protocol):
 SampleSource = Callable[[int, int, float, int], Iterator[Sample]]
 
 
-_DONE: Any = None  # a shared counter of samples made, set by collect_samples before its workers fork
+_DONE: Any = None  # a shared count of items done, set by _forked_map before its workers fork
+_JOB: Any = None  # what a _forked_map worker calls, set before the workers fork (inherited, never pickled)
 
 
 def _count_shared() -> None:
@@ -52,8 +55,40 @@ def _count_shared() -> None:
         _DONE.value += 1
 
 
+def _one_thread() -> None:
+    # A forked child must not use the parent's OpenMP pool (it would wait on threads that did not fork).
+    torch.set_num_threads(1)
+
+
+def _run_job(args: tuple) -> Any:
+    return _JOB(*args, made=_count_shared)
+
+
+def _forked_map(job: Callable[..., Any], jobs: Sequence[tuple], total: int, desc: str, progress: bool) -> list[Any]:
+    """``job(*args, made=...)`` for every ``args`` of ``jobs``, one forked process each, results in order;
+    ``job`` calls ``made()`` per item done (``total`` in all) for the progress bar. ``job`` reaches the workers
+    by the fork (a closure over large data costs nothing); only ``args`` and the results are pickled. One job
+    runs here."""
+    global _DONE, _JOB
+    bar = tqdm(total=total, desc=desc, disable=not progress, dynamic_ncols=True, leave=False)
+    try:
+        if len(jobs) == 1:
+            return [job(*jobs[0], made=lambda: bar.update(1))]
+        context = multiprocessing.get_context("fork")
+        _DONE, _JOB = context.Value("q", 0), job
+        with context.Pool(len(jobs), initializer=_one_thread) as pool:
+            pending = pool.map_async(_run_job, jobs)
+            while not pending.ready():
+                pending.wait(0.5)
+                bar.update(_DONE.value - bar.n)
+            return pending.get()
+    finally:
+        bar.close()
+        _DONE = _JOB = None
+
+
 def _take(source: SampleSource, seed: int, count: int, horizon: int, period_s: float, image_size: int,
-          made: Callable[[], object] = _count_shared) -> list[Sample]:
+          made: Callable[[], object]) -> list[Sample]:
     samples = []
     for sample in itertools.islice(source(seed, horizon, period_s, image_size), count):
         samples.append(sample)
@@ -69,25 +104,10 @@ def collect_samples(
 
     The result depends on (seed, count, workers) only, not on timing; workers are forked processes.
     """
-    global _DONE
     workers = max(1, min(workers, count))
     jobs = [(source, seed * 100 + w, count // workers + (w < count % workers), horizon, period_s, image_size) for w in range(workers)]
-    bar = tqdm(total=count, desc="expert samples", disable=not progress, dynamic_ncols=True, leave=False)
-    try:
-        if workers == 1:
-            return _take(*jobs[0], made=lambda: bar.update(1))
-        context = multiprocessing.get_context("fork")
-        _DONE = context.Value("q", 0)
-        with context.Pool(workers) as pool:
-            pending = pool.starmap_async(_take, jobs)
-            while not pending.ready():
-                pending.wait(0.5)
-                bar.update(_DONE.value - bar.n)
-            parts = pending.get()
-        return [sample for part in parts for sample in part]
-    finally:
-        bar.close()
-        _DONE = None
+    parts = _forked_map(_take, jobs, count, "expert samples", progress)
+    return [sample for part in parts for sample in part]
 
 
 def quantile_stats(values: np.ndarray) -> NormStats:
@@ -152,6 +172,8 @@ class TrainingSet:
     # float32 [N, K, READS, V·P + 1]: per text task, per read, where the object its text looks at is (read_maps);
     # None: no sample says
     read_maps: torch.Tensor | None = None
+    # per sample, its text streams as batch.text_layout lays them out (filled on first use)
+    layouts: dict[int, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __len__(self) -> int:
         return self.actions.shape[0]
@@ -286,7 +308,7 @@ def pixels_from_uint8(u: torch.Tensor) -> torch.Tensor:
 def build_training_set(
     samples: Sequence[Sample], runtime: PolicyRuntime, task_names: Sequence[str], delta_mask: Sequence[bool] = (),
     progress: bool = False, object_names: Sequence[str] = (), prompt_dropout: float = 0.0, seed: int = 0,
-    with_reads: bool = False,
+    with_reads: bool = False, workers: int = 1,
 ) -> TrainingSet:
     """Preprocess every sample with ``runtime.make_frame``; text targets are ``" " + text`` then EOS; action
     targets normalized after DeltaActions with ``delta_mask``; with ``object_names``, the recognition labels;
@@ -294,7 +316,8 @@ def build_training_set(
     ``seed``; targets and continuations keep the canonical tokens the model reads and writes when served);
     with ``with_reads``, the pointing loss's read maps of the samples' ``text_uvs``.
     Consecutive samples holding the very same image arrays (goal alternatives of one tick) store their pixels
-    once."""
+    once. ``workers`` forked processes preprocess consecutive parts (the same samples in the same order for
+    any number; one with ``prompt_dropout``, whose draws follow the sample order)."""
     norm = runtime.normalizer
     if norm is None:
         raise ValueError("the runtime needs the norm stats of the training data")
@@ -302,17 +325,62 @@ def build_training_set(
     missing = [n for n in task_names if n not in tasks and n != ASK_TASK]
     if missing:
         raise ValueError(f"text tasks {missing} are not configured in the runtime (has {sorted(tasks)})")
-    cfg = runtime.model_config
-    if norm.action_dim != cfg.action_dim:
-        raise ValueError(f"the data has {norm.action_dim} action dims; the model config has {cfg.action_dim}")
-    tok = runtime.tokenizer
+    if norm.action_dim != runtime.model_config.action_dim:
+        raise ValueError(f"the data has {norm.action_dim} action dims; the model config has {runtime.model_config.action_dim}")
+    if not samples:
+        raise ValueError("no training samples")
+    workers = 1 if prompt_dropout else max(1, min(workers, len(samples)))
+    bounds = [len(samples) * w // workers for w in range(workers + 1)]
+    options = _BuildOptions(runtime, tuple(task_names), tuple(delta_mask), tuple(object_names), prompt_dropout, seed, with_reads)
+    parts = _forked_map(functools.partial(_build_portable, samples, options), list(zip(bounds, bounds[1:])), len(samples),
+                        "preprocessing", progress)  # fmt: skip
+    return functools.reduce(operator.add, map(_from_portable, parts))
+
+
+def _build_portable(*args: Any, made: Callable[[], object]) -> dict[str, Any]:
+    """``_build_part`` with every tensor as a numpy array: torch's multiprocessing pickler would give each of
+    the many small tensors (prompts, texts) a shared-memory segment of its own, slower than the preprocessing."""
+    part = _build_part(*args, made=made)
+    return {f.name: _map_arrays(getattr(part, f.name), torch.Tensor.numpy) for f in fields(part) if f.init and f.name != "layouts"}
+
+
+def _from_portable(part: dict[str, Any]) -> TrainingSet:
+    return TrainingSet(**{name: _map_arrays(value, torch.from_numpy) for name, value in part.items()})
+
+
+def _map_arrays(value: Any, convert: Callable[[Any], Any]) -> Any:
+    """``value`` with ``convert`` applied to every tensor or array in it (in lists, at any depth)."""
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return convert(value)
+    if isinstance(value, list):
+        return [_map_arrays(v, convert) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class _BuildOptions:
+    runtime: PolicyRuntime
+    task_names: tuple[str, ...]
+    delta_mask: tuple[bool, ...]
+    object_names: tuple[str, ...]
+    prompt_dropout: float
+    seed: int
+    with_reads: bool
+
+
+def _build_part(samples: Sequence[Sample], o: _BuildOptions, start: int, stop: int, made: Callable[[], object]) -> TrainingSet:
+    """``build_training_set`` of ``samples[start:stop]``."""
+    runtime, task_names = o.runtime, o.task_names
+    norm, cfg, tok = runtime.normalizer, runtime.model_config, runtime.tokenizer
+    assert norm is not None
+    tasks = {t.name: t for t in runtime.engine.tasks}
     grid = cfg.vision.image_size // cfg.vision.patch_size
     pixels, image_index, prompts, texts, actions, maps, questions, objects, reads = [], [], [], [], [], [], [], [], []
     slots: torch.Tensor | None = None
     previous_images: tuple | None = None
-    bar = tqdm(samples, desc="preprocessing", disable=not progress, dynamic_ncols=True, leave=False)
-    prompt_tok = tok.sampling(prompt_dropout, seed) if prompt_dropout else tok
-    for i, s in enumerate(bar):
+    prompt_tok = tok.sampling(o.prompt_dropout, o.seed) if o.prompt_dropout else tok
+    for i in range(start, stop):
+        s = samples[i]
         if s.actions.shape != (cfg.action_horizon, cfg.action_dim):
             raise ValueError(f"sample {i}: action chunk {s.actions.shape}, the model needs ({cfg.action_horizon}, {cfg.action_dim})")
         with _prompts_by(runtime, prompt_tok):
@@ -336,14 +404,14 @@ def build_training_set(
         texts.append([_target(tok, s.texts.get(n, ""), cfg.eos_token_id, n != ASK_TASK or bool(question)) for n in task_names])
         questions.append(torch.tensor(continuation_tokens(tok, QUESTION_TEMPLATE.format(question=question)) if question else [],
                                       dtype=torch.long))  # fmt: skip
-        actions.append(norm.normalize_actions(relative_actions(s, delta_mask)))
+        actions.append(norm.normalize_actions(relative_actions(s, o.delta_mask)))
         maps.append(target_map(s, grid))
-        if object_names:
-            objects.append(object_labels(s, grid, object_names))
-        if with_reads:
+        if o.object_names:
+            objects.append(object_labels(s, grid, o.object_names))
+        if o.with_reads:
             reads.append(read_maps(s, grid, task_names))
-    if slots is None:
-        raise ValueError("no training samples")
+        made()
+    assert slots is not None
     return TrainingSet(
         pixels=torch.stack(pixels),
         image_index=torch.tensor(image_index, dtype=torch.long),
@@ -355,8 +423,8 @@ def build_training_set(
         target_maps=torch.stack(maps),
         question_task=list(task_names).index(ASK_TASK) if ASK_TASK in task_names else -1,
         questions=questions if ASK_TASK in task_names else None,
-        object_labels=torch.stack(objects) if object_names else None,
-        read_maps=torch.stack(reads) if reads and any(getattr(s, "text_uvs", None) for s in samples) else None,
+        object_labels=torch.stack(objects) if o.object_names else None,
+        read_maps=torch.stack(reads) if reads and any(getattr(samples[i], "text_uvs", None) for i in range(start, stop)) else None,
     )
 
 

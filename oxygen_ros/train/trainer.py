@@ -5,7 +5,8 @@ Order of work: expert episodes → norm stats → a SentencePiece tokenizer of t
 AdamW with warm-up and cosine decay on flow-matching + next-token (+ grounding and recognition) losses → DAgger rounds (the policy drives,
 the expert labels what it reaches; each round a short schedule of its own) → checkpoint in the native layout
 (``model.safetensors``, ``config.json``, ``assets/demo/norm_stats.json``) + ``tokenizer.model`` + the loss
-curves. Every random draw comes from the seed, so one seed gives one checkpoint (on one machine).
+curves. Every random draw comes from the seed and the optimizer runs torch's deterministic kernels, so one
+seed gives one checkpoint (on one machine, with one number of threads).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -60,7 +62,7 @@ class TrainConfig:
     seed: int = 0
     samples: int = 28000  # expert samples (about 2.2 per control tick with the goal alternatives), generated before training
     data_workers: int = 2  # processes generating them (part of what makes the expert data: keep it fixed); also
-    # the processes of the DAgger rollouts (those come out the same for any number)
+    # the processes of the preprocessing and of the DAgger rollouts (those come out the same for any number)
     batch_size: int = 32
     lr: float = 2e-3
     min_lr_ratio: float = 0.05  # cosine decay ends at lr * this
@@ -230,7 +232,7 @@ def prepare(
     init_weights(model)
     runtime = PolicyRuntime(runtime_config(cfg, model_config), model, tokenizer, normalizer)
     data = build_training_set(samples, runtime, cfg.text_task_names(), delta_mask, progress, cfg.object_names,
-                              cfg.prompt_dropout, cfg.seed, with_reads=bool(cfg.pointing_weight))
+                              cfg.prompt_dropout, cfg.seed, with_reads=bool(cfg.pointing_weight), workers=cfg.data_workers)
     return runtime, data, stats
 
 
@@ -341,9 +343,23 @@ def _on_policy_round(
               f"{len(got.samples)} on-policy samples + {len(fresh)} expert samples", flush=True)  # fmt: skip
     build = partial(build_training_set, runtime=runtime, task_names=tasks, delta_mask=delta_mask, progress=progress,
                     object_names=cfg.object_names, prompt_dropout=cfg.prompt_dropout, seed=_round_seed(cfg, r),
-                    with_reads=bool(cfg.pointing_weight))  # fmt: skip
+                    with_reads=bool(cfg.pointing_weight), workers=cfg.data_workers)  # fmt: skip
     fresh_set = build(fresh) if fresh else None
     return build(got.samples), fresh_set, report
+
+
+@contextmanager
+def deterministic_kernels() -> Iterator[None]:
+    """Torch's deterministic kernels inside the block (the caller's setting after it). On the CPU, the backward
+    of a gather with repeated indices (the pointing loss reads a sample's keys once per look) otherwise sums
+    with atomic adds in whatever order the threads come: on a busy 2-core machine, 1 to 3 of 30 gradients of
+    one and the same batch came out different, and three runs of the recipe wrote three checkpoints."""
+    enabled, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
 
 
 def _optimize(
@@ -371,34 +387,35 @@ def _optimize(
     c = model.config
     ema = ema_model(model, cfg.ema_decay) if cfg.ema_decay > 0 else None
     saved = model if ema is None else ema.module
-    bar = tqdm(range(schedule.steps), desc=desc, disable=not progress, dynamic_ncols=True)
-    for step in bar:
-        lr = lr_at(step, schedule)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        index = torch.randint(len(data), (cfg.batch_size,), generator=generator)
-        batch = make_batch(data, index, c.tokens_per_image, c.pad_token_id, cfg.flow_samples)
-        losses = compute_losses(model, batch, generator, cfg.text_weight, cfg.flow_weight, heads)
-        optimizer.zero_grad(set_to_none=True)
-        losses.total.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
-        if ema is not None:
-            ema.update_parameters(model)
-        for key, value in (("total", losses.total), ("flow", losses.flow), ("text", losses.text)):
-            history[key].append(float(value.detach()))
-        # Each task's own curve: the plateau before grounding is in the tasks that need the images (README).
-        per_task = losses.per_task.tolist() if losses.per_task is not None else []
-        names = cfg.text_task_names()
-        for task, value in zip(names, per_task + [math.nan] * (len(names) - len(per_task))):
-            history.setdefault(f"text_{task}", []).append(value)
-        for key, value in (("grounding", losses.grounding), ("recognition", losses.recognition), ("pointing", losses.pointing)):
-            if value is not None:
-                history.setdefault(key, []).append(float(value.detach()))
-        history["lr"].append(lr)
-        bar.set_postfix(flow=f"{history['flow'][-1]:.4f}", text=f"{history['text'][-1]:.3f}", lr=f"{lr:.1e}")
-        if save is not None and cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < schedule.steps:
-            save(saved)
+    with deterministic_kernels():
+        bar = tqdm(range(schedule.steps), desc=desc, disable=not progress, dynamic_ncols=True)
+        for step in bar:
+            lr = lr_at(step, schedule)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            index = torch.randint(len(data), (cfg.batch_size,), generator=generator)
+            batch = make_batch(data, index, c.tokens_per_image, c.pad_token_id, cfg.flow_samples)
+            losses = compute_losses(model, batch, generator, cfg.text_weight, cfg.flow_weight, heads)
+            optimizer.zero_grad(set_to_none=True)
+            losses.total.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            if ema is not None:
+                ema.update_parameters(model)
+            for key, value in (("total", losses.total), ("flow", losses.flow), ("text", losses.text)):
+                history[key].append(float(value.detach()))
+            # Each task's own curve: the plateau before grounding is in the tasks that need the images (README).
+            per_task = losses.per_task.tolist() if losses.per_task is not None else []
+            names = cfg.text_task_names()
+            for task, value in zip(names, per_task + [math.nan] * (len(names) - len(per_task))):
+                history.setdefault(f"text_{task}", []).append(value)
+            for key, value in (("grounding", losses.grounding), ("recognition", losses.recognition), ("pointing", losses.pointing)):
+                if value is not None:
+                    history.setdefault(key, []).append(float(value.detach()))
+            history["lr"].append(lr)
+            bar.set_postfix(flow=f"{history['flow'][-1]:.4f}", text=f"{history['text'][-1]:.3f}", lr=f"{lr:.1e}")
+            if save is not None and cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < schedule.steps:
+                save(saved)
     return saved
 
 
