@@ -205,3 +205,15 @@ def test_the_gif_captions_an_answer_only_once_the_policy_answered() -> None:
     before, at, after = (np.asarray(f)[-40:] for f in episode_frames(log)[:3])  # the answer's caption rows
     assert not np.array_equal(before, at) and np.array_equal(at, after)
     assert answer.mark == "✗" and answer.verdict == "(wrong; true: nothing)"
+
+
+def test_the_summary_counts_the_subtask_in_force_before_a_restated_start() -> None:
+    from oxygen_ros.sim.media import EpisodeLog, subtask_spans
+
+    s = 10**9
+    # the first label came 3 s before the start was restated (the policy was still loading); then two changes
+    log = EpisodeLog(0, "pick up the red cup", 10 * s, end_ns=14 * s)
+    log.labels = [(7 * s, "move to the red cup", None), (12 * s, "grasp the red cup", None), (13 * s, "lift the red cup", None)]
+    assert subtask_spans(log) == [(-1.0, 2.0, "move"), (2.0, 3.0, "grasp"), (3.0, 4.0, "lift")]
+    log.labels = log.labels[1:]  # nothing known before the first change: nothing drawn before it
+    assert subtask_spans(log) == [(2.0, 3.0, "grasp"), (3.0, 4.0, "lift")]

@@ -149,6 +149,21 @@ def gif_frame_count(path: Path) -> int:
         return int(getattr(gif, "n_frames", 1))
 
 
+def subtask_spans(log: EpisodeLog) -> list[tuple[float, float, str]]:
+    """The true subtask over the episode as (from, to, kind) in seconds of episode time, from a second before
+    its start to its end. The label in force at that first moment may be older (labels are sent when they
+    change, and an episode's start is restated once the policy is up): it counts from there."""
+    first = log.start_ns - NS
+    earlier = [(first, lab) for s, lab, _ in log.labels if s < first][-1:]
+    changes = earlier + [(s, lab) for s, lab, _ in log.labels if s >= first]
+    spans = []
+    for i, (s, lab) in enumerate(changes):
+        end = changes[i + 1][0] if i + 1 < len(changes) else log.end_ns
+        if lab and end > s:
+            spans.append(((s - log.start_ns) / NS, (end - log.start_ns) / NS, lab.split()[0]))
+    return spans
+
+
 def write_summary(logs: list[EpisodeLog], path: Path) -> Path:
     """Per episode: the true subtask as coloured spans, each narration as a dot at its observation time
     (filled = it named the true subtask), the outcome; below, the arm's joints over time."""
@@ -162,12 +177,9 @@ def write_summary(logs: list[EpisodeLog], path: Path) -> Path:
     fig, (ax, bx) = plt.subplots(2, 1, figsize=(10, 2.0 + 1.1 * len(logs)), gridspec_kw={"height_ratios": [len(logs) + 1, 3]})
     for row, log in enumerate(logs):
         y = len(logs) - row
-        spans = [(s, lab) for s, lab, _ in log.labels if s >= log.start_ns - NS]
-        for i, (s, lab) in enumerate(spans):
-            end = spans[i + 1][0] if i + 1 < len(spans) else log.end_ns
-            kind = (lab or "").split()[0] if lab else ""
-            if kind in colours and end > s:
-                ax.barh(y, (end - s) / NS, left=(s - log.start_ns) / NS, height=0.5, color=colours[kind], edgecolor="none")
+        for left_s, right_s, kind in subtask_spans(log):
+            if kind in colours:
+                ax.barh(y, right_s - left_s, left=left_s, height=0.5, color=colours[kind], edgecolor="none")
         for out, ok in log.judged("language"):
             kind = out.text.strip().split()[0] if out.text.strip() else ""
             x = (out.source_ns - log.start_ns) / NS
