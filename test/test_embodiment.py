@@ -4,9 +4,7 @@
   ``_gripper_from_angular``, ``AlohaOutputs`` keeps 14 dims).
 * DROID: openpi ``policies/droid_policy.py`` (``DroidOutputs`` keeps 8) and ``examples/droid/main.py`` (gripper
   binarized at 0.5, every dimension clipped to [-1, 1]).
-* LIBERO: openpi ``policies/libero_policy.py`` (``LiberoOutputs`` keeps 7) and ``examples/libero/main.py``
-  (``_quat2axisangle`` for the state).
-* SO-100/101: LeRobot ``motors/motors_bus.py`` ``MotorsBus._normalize`` (degrees, -100..100, 0..100).
+* LIBERO: openpi ``policies/libero_policy.py`` (``LiberoOutputs`` keeps 7).
 
 Then through ``PolicyRuntime`` with an openpi folder: the prompt digitizes the adapted state and the robot
 receives the adapted actions.
@@ -24,7 +22,7 @@ import pytest
 import torch
 
 from layouts import REF_TINY, openpi_converted, openpi_norm_stats, random_model, stats_arrays
-from oxygen_ros.embodiment import AdapterError, adapter_for_asset, lerobot_motor_units, make_adapter, quat_to_axis_angle
+from oxygen_ros.embodiment import AdapterError, adapter_for_asset, make_adapter
 from oxygen_ros.model.tokenizer import train_tokenizer
 from oxygen_ros.runtime import PolicyRuntime, RuntimeConfig, RuntimeLoadError
 
@@ -91,53 +89,15 @@ def test_droid_matches_openpis_client() -> None:
 
 
 # ------------------------------------------------------------------------------------------ LIBERO
-def ref_quat2axisangle(quat: np.ndarray) -> np.ndarray:
-    quat = quat.copy()
-    quat[3] = min(1.0, max(-1.0, quat[3]))
-    den = np.sqrt(1.0 - quat[3] * quat[3])
-    if math.isclose(den, 0.0):
-        return np.zeros(3)
-    return (quat[:3] * 2.0 * math.acos(quat[3])) / den
-
-
-def test_libero_keeps_seven_dims_and_builds_its_state_like_the_example() -> None:
+def test_libero_keeps_seven_dims() -> None:
     adapter = make_adapter("libero")
     chunk = np.random.default_rng(1).normal(size=(10, 32))
     np.testing.assert_array_equal(adapter.actions_out(chunk), chunk[:, :7])
-    for quat in ([0.0, 0.0, 0.0, 1.0], [0.2, -0.3, 0.1, 0.92], [0.7, 0.0, 0.7, 0.1]):
-        q = np.asarray(quat) / np.linalg.norm(quat)
-        np.testing.assert_allclose(quat_to_axis_angle(q), ref_quat2axisangle(q), rtol=0, atol=1e-15)
     with pytest.raises(AdapterError, match="takes a state of 8 values, got 7"):
         adapter.state_in(np.zeros(7))
 
 
-# ------------------------------------------------------------------------ units: SO-100/101 and generic
-def ref_lerobot_normalize(val: float, mode: str, min_: int, max_: int, drive_mode: bool = False) -> float:
-    bounded_val = min(max_, max(min_, val))
-    if mode == "range_m100_100":
-        norm = (((bounded_val - min_) / (max_ - min_)) * 200) - 100
-        return -norm if drive_mode else norm
-    if mode == "range_0_100":
-        norm = ((bounded_val - min_) / (max_ - min_)) * 100
-        return 100 - norm if drive_mode else norm
-    mid = (min_ + max_) / 2
-    return (val - mid) * 360 / (4096 - 1)  # sts3215: 4096 ticks
-
-
-@pytest.mark.parametrize(("mode", "drive_mode"), [("degrees", False), ("range_m100_100", False),
-                                                  ("range_m100_100", True), ("range_0_100", False), ("range_0_100", True)])  # fmt: skip
-def test_lerobot_motor_units_match_lerobots_motor_bus(mode: str, drive_mode: bool) -> None:
-    """A ROS driver's radians, ``(tick - 2048) · 2π / 4096``, turned into what LeRobot reports for that tick."""
-    range_min, range_max = 812, 3307
-    scale, offset = lerobot_motor_units(mode, range_min, range_max, drive_mode=drive_mode)
-    adapter = make_adapter("scale_offset", {"scale": [scale], "offset": [offset]})
-    for tick in (900, 2048, 2500, 3300):
-        radians = (tick - 2048) * 2 * math.pi / 4096
-        expected = ref_lerobot_normalize(tick, mode, range_min, range_max, drive_mode)
-        assert adapter.state_in(np.array([radians]))[0] == pytest.approx(expected, abs=1e-9)
-        assert adapter.actions_out(np.array([[expected]]))[0, 0] == pytest.approx(radians, abs=1e-12)
-
-
+# --------------------------------------------------------------------------------------------- units
 def test_scale_offset_both_ways_and_its_refusals() -> None:
     adapter = make_adapter("scale_offset", {"scale": [180 / math.pi, 180 / math.pi, 100.0], "offset": [0.0, 10.0, 0.0]})
     state = np.array([math.pi / 2, -math.pi / 4, 0.3])

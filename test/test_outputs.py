@@ -220,7 +220,7 @@ def test_shipped_robot_configs_add_up(tmp_path, robot: str, action_dim: int, con
 
     path = ROBOTS / f"{robot}.yaml"
     values = yaml.safe_load(path.read_text())["/**"]["ros__parameters"]
-    for key in ("checkpoint", "tokenizer"):  # FILL IN paths: any existing path passes validation
+    for key in ("checkpoint", "tokenizer"):  # FILL_IN paths: any existing path passes validation
         if values.get(key):
             values[key] = str(tmp_path)
     values.pop("camera_features", None)  # names of the checkpoint's cameras: read from the checkpoint

@@ -1,45 +1,75 @@
-"""Unit conversions a robot driver and a dataset may disagree on."""
+"""LeRobot's motor units against a ROS driver's radians, for one Feetech STS3215 motor (SO-100/101).
+
+LeRobot (``src/lerobot/motors/motors_bus.py``, ``MotorsBus._normalize`` / ``_unnormalize``) maps a motor's
+present tick to DEGREES ``(tick - mid) · 360 / (4096 - 1)`` with ``mid = (range_min + range_max) / 2``
+(unbounded), or to RANGE_M100_100 / RANGE_0_100 linearly over the calibration's ``range_min..range_max`` with
+the tick clamped to that range (``drive_mode`` mirrors it); back, the value (clamped to ±100 or 0..100 in the
+range modes) becomes ``int(...)`` ticks. A ROS driver reports and takes radians ``(tick - zero_tick) · 2π /
+4096`` (4096 = ``MODEL_RESOLUTION["sts3215"]``, ``motors/feetech/tables.py``). The converters below go through
+the integer tick as LeRobot does, so the driver's tick equals LeRobot's.
+"""
 
 from __future__ import annotations
 
 import math
+from typing import Callable, Sequence
 
 import numpy as np
 
-LEROBOT_MOTOR_MODES = ("degrees", "range_m100_100", "range_0_100")
+Fn = Callable[[np.ndarray], np.ndarray]
+RESOLUTION = 4096  # ticks per turn of an STS3215
 
 
-def lerobot_motor_units(
-    mode: str, range_min: int, range_max: int, zero_tick: float = 2048.0, resolution: int = 4096, drive_mode: bool = False
-) -> tuple[float, float]:
-    """(scale, offset) so that ``lerobot_value = scale * radians + offset`` for one Feetech/Dynamixel motor.
-
-    ``radians`` is what a ROS driver reports: ``(tick - zero_tick) · 2π / resolution``. ``lerobot_value`` is
-    what LeRobot's ``MotorsBus._normalize`` reports for the same tick with the calibration's ``range_min`` /
-    ``range_max`` (``degrees``: relative to the middle of the range; ``range_m100_100`` and ``range_0_100``:
-    the range mapped linearly; ``drive_mode`` mirrors the two ranges). The range clamp is not modelled.
-    """
-    if range_max == range_min:
-        raise ValueError(f"calibration range_min and range_max are both {range_min}")
-    ticks_per_rad = resolution / (2 * math.pi)
-    span = range_max - range_min
-    if mode == "degrees":
-        unit = 360.0 / (resolution - 1)
-        return ticks_per_rad * unit, (zero_tick - (range_min + range_max) / 2) * unit
-    if mode == "range_m100_100":
-        scale, offset = ticks_per_rad * 200 / span, (zero_tick - range_min) / span * 200 - 100
-        return (-scale, -offset) if drive_mode else (scale, offset)
-    if mode == "range_0_100":
-        scale, offset = ticks_per_rad * 100 / span, (zero_tick - range_min) / span * 100
-        return (-scale, 100 - offset) if drive_mode else (scale, offset)
-    raise ValueError(f"unknown LeRobot motor mode {mode!r}; choose one of {list(LEROBOT_MOTOR_MODES)}")
+def radians_to_tick(radians: np.ndarray, zero_tick: float) -> np.ndarray:
+    """The driver's tick of a position it reports in radians (the nearest whole tick)."""
+    return np.rint(np.asarray(radians, dtype=np.float64) * RESOLUTION / (2 * math.pi) + zero_tick)
 
 
-def quat_to_axis_angle(quat_xyzw: np.ndarray) -> np.ndarray:
-    """A unit quaternion (x, y, z, w) → axis-angle vector (axis · angle), as LIBERO's state builds it."""
-    q = np.asarray(quat_xyzw, dtype=np.float64)
-    w = float(np.clip(q[3], -1.0, 1.0))
-    den = math.sqrt(1.0 - w * w)
-    if math.isclose(den, 0.0):
-        return np.zeros(3)
-    return q[:3] * 2.0 * math.acos(w) / den
+def tick_to_radians(tick: np.ndarray, zero_tick: float) -> np.ndarray:
+    return (np.asarray(tick, dtype=np.float64) - zero_tick) * 2 * math.pi / RESOLUTION
+
+
+def _calibration(range_min: float, range_max: float) -> None:
+    if range_min >= range_max or range_min < 0 or range_max > RESOLUTION - 1:
+        raise ValueError(f"range_min {range_min:g} and range_max {range_max:g} must be ticks 0 <= min < max <= {RESOLUTION - 1}")
+
+
+def lerobot_degrees_converter(args: Sequence[float]) -> tuple[Fn, Fn]:
+    """(LeRobot degrees → driver radians, driver radians → LeRobot degrees) for ``(range_min, range_max, zero_tick)``."""
+    range_min, range_max, zero_tick = args
+    _calibration(range_min, range_max)
+    mid, per_degree = (range_min + range_max) / 2, (RESOLUTION - 1) / 360
+
+    def to_robot(degrees: np.ndarray) -> np.ndarray:
+        return tick_to_radians(np.trunc(degrees * per_degree + mid), zero_tick)
+
+    def to_model(radians: np.ndarray) -> np.ndarray:
+        return (radians_to_tick(radians, zero_tick) - mid) / per_degree
+
+    return to_robot, to_model
+
+
+def lerobot_range_converter(low: float) -> Callable[[Sequence[float]], tuple[Fn, Fn]]:
+    """The converter of LeRobot's RANGE_M100_100 (``low`` -100) or RANGE_0_100 (``low`` 0) for
+    ``(range_min, range_max, drive_mode, zero_tick)``."""
+
+    def make(args: Sequence[float]) -> tuple[Fn, Fn]:
+        range_min, range_max, drive_mode, zero_tick = args
+        _calibration(range_min, range_max)
+        if drive_mode not in (0.0, 1.0):
+            raise ValueError(f"drive_mode must be 0 or 1, got {drive_mode:g}")
+        span = 100.0 - low
+        mirror = (lambda v: -v) if low < 0 else (lambda v: 100.0 - v)
+        flip = mirror if drive_mode else (lambda v: v)
+
+        def to_robot(value: np.ndarray) -> np.ndarray:
+            bounded = np.clip(flip(value), low, 100.0)
+            return tick_to_radians(np.trunc((bounded - low) / span * (range_max - range_min) + range_min), zero_tick)
+
+        def to_model(radians: np.ndarray) -> np.ndarray:
+            tick = np.clip(radians_to_tick(radians, zero_tick), range_min, range_max)
+            return flip((tick - range_min) / (range_max - range_min) * span + low)
+
+        return to_robot, to_model
+
+    return make

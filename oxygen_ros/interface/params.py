@@ -190,6 +190,9 @@ PARAMS: tuple[ParamSpec, ...] = (
               low=0, high=100_000),
     ParamSpec("joint_state_topic", "str", "joint_states", "sensor_msgs/JointState topic.",
               check=_check_topic("joint_state_topic")),
+    ParamSpec("joint_conversions", "str[]", [],
+              "Per joint_names entry, the conversion of its joint state into the model's units (as output_conversions: "
+              "the same relation, read from the robot's side; e.g. aloha_gripper_position). Empty = as reported."),
     ParamSpec("joint_names", "str[]", [],
               "Joints read from joint_states (the state, in this order) and commanded by the trajectory (the first "
               "len(joint_names) action dimensions). Empty = no state and no trajectory."),
@@ -234,6 +237,11 @@ PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("output_scales", "float[]", [], "twist outputs: every component times this; empty = 1."),
     ParamSpec("output_binarize", "str[]", [],
               "Per output '' or 'threshold,below,above': values above threshold become above, the rest below (a gripper)."),
+    ParamSpec("output_conversions", "str[]", [],
+              "Per output, one conversion per dim from the model's units to the controller's, ';'-separated: identity, "
+              "linear(scale, offset), a named converter (aloha_gripper_joint, lerobot_degrees(min, max, zero_tick), ...), "
+              "'Nx ' to repeat, ' clip(lo, hi)' to bound the model value (oxygen_ros/embodiment/conversions.py). "
+              "Empty = values sent as they are."),
     ParamSpec("publish_text", "bool", True, "Publish the text streams (~/text/<task> and ~/text/<task>/final).",
               read_only=False),
     ParamSpec("joint_limits_lower", "float[]", [],

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
+from oxygen_ros.embodiment import PLACEHOLDER
 from oxygen_ros.runtime import RuntimeConfig
 from oxygen_ros.runtime.outputs import OutputConfigError, OutputSpec, build_outputs, output_problems
 from oxygen_ros.runtime.cameras import slot_names_of, slot_positions
@@ -91,6 +92,7 @@ def validate_values(values: Mapping[str, Any]) -> list[str]:
         return [f"unknown parameters {unknown}"]
     values = {**default_values(), **values}
     problems = [r for spec in PARAMS if (r := spec.validate(values[spec.name]))]
+    problems += placeholder_problems(values)
     if problems:
         return problems
     problems = cross_checks(values)
@@ -101,6 +103,17 @@ def validate_values(values: Mapping[str, Any]) -> list[str]:
         _camera_slots(values)  # feature names the checkpoint does not have
     except ValueError as exc:  # CheckpointError is a ValueError too
         problems.append(str(exc))
+    return problems
+
+
+def placeholder_problems(values: Mapping[str, Any]) -> list[str]:
+    """One line per parameter that still holds a FILL_IN placeholder (a shipped config's value to set)."""
+    problems = []
+    for name, value in values.items():
+        entries = value if isinstance(value, (list, tuple)) else [value]
+        if any(isinstance(e, str) and PLACEHOLDER in e for e in entries):
+            problems.append(f"{name}: a {PLACEHOLDER} placeholder is left in it; set it (the config's comment says what "
+                            "goes there)")
     return problems
 
 
@@ -131,6 +144,9 @@ def cross_checks(v: Mapping[str, Any]) -> list[str]:
         crossed = [j for j, lo, hi in zip(joints, lower, upper) if lo > hi]
         if crossed:
             problems.append(f"joint_limits_lower > joint_limits_upper for joints {crossed}")
+    if v["joint_conversions"] and len(v["joint_conversions"]) != len(joints):
+        problems.append(f"joint_conversions must be empty or have one entry per joint_names entry ({len(joints)}), "
+                        f"got {len(v['joint_conversions'])}")
     if v["prompt_format"] == "pi05_state" and not joints:
         problems.append("prompt_format 'pi05_state' puts the joint state in the prompt: set joint_names")
     try:
@@ -228,6 +244,7 @@ def outputs_of(v: Mapping[str, Any]) -> tuple[tuple[OutputSpec, ...], bool]:
         specs = build_outputs(
             list(v["output_names"]), types, list(v["output_topics"]), list(v["output_dims"]), list(v["output_joints"]),
             list(v["output_interfaces"]), list(v["output_frames"]), list(v["output_scales"]), list(v["output_binarize"]),
+            list(v["output_conversions"]),
         )  # fmt: skip
         return tuple(specs), True
     joints = tuple(v["joint_names"])

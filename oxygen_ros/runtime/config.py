@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from oxygen_ros.embodiment import ADAPTERS
+from oxygen_ros.embodiment import ADAPTERS, Conversions, parse_conversions
 from oxygen_ros.engine.modes import MODES
 from oxygen_ros.model.config import PRESETS
 from oxygen_ros.model.key_maps import VARIANTS
@@ -84,6 +84,8 @@ class RuntimeConfig:
     adapt_to_pi: bool = True  # aloha: openpi's joint flip mask and gripper conversions (its default)
     unit_scale: list[float] = field(default_factory=list)  # scale_offset: model = robot · scale + offset, per dim
     unit_offset: list[float] = field(default_factory=list)  # [] = zeros
+    # Per joint of the state, robot units → the adapter's (oxygen_ros/embodiment/conversions.py); [] = as reported.
+    joint_conversions: list[str] = field(default_factory=list)
 
     def embodiment_options(self) -> dict[str, Any]:
         """The options of the chosen adapter, from the flat fields (ROS parameters cannot hold mappings)."""
@@ -92,6 +94,16 @@ class RuntimeConfig:
         if self.embodiment == "scale_offset":
             return {"scale": list(self.unit_scale), **({"offset": list(self.unit_offset)} if self.unit_offset else {})}
         return {}
+
+    def state_conversions(self) -> Conversions | None:
+        """The joint states' conversions into the model's units (None: the state as reported)."""
+        if not self.joint_conversions:
+            return None
+        parsed = [parse_conversions(str(t), f"joint_conversions[{i}]") for i, t in enumerate(self.joint_conversions)]
+        for i, c in enumerate(parsed):
+            if len(c) != 1:
+                raise ValueError(f"joint_conversions[{i}]: one conversion per joint, got {len(c)}")
+        return Conversions(tuple(d for c in parsed for d in c.dims))
 
     def validate(self) -> "RuntimeConfig":
         """Raise ValueError naming the first bad field and why; returns self."""
@@ -132,6 +144,7 @@ class RuntimeConfig:
         for ok, reason in checks:
             if not ok:
                 raise ValueError(reason)
+        self.state_conversions()  # raises ConversionError (a ValueError) naming the entry
         names = [t.name for t in self.tasks]
         if len(set(names)) != len(names):
             raise ValueError(f"task names must be unique, got {names}")

@@ -9,8 +9,10 @@
   in ``frame``, streamed and stamped when sent; Servo drops commands older than ~0.1 s, so a twist is
   re-sent at least every ``TWIST_REPEAT_S`` while its chunk lasts and a zero twist stops the arm when it ends.
 
-A gripper output may binarize: values above ``threshold`` become ``above``, the others ``below``. Outputs are
-given as flat lists (one entry per output) because ROS parameters cannot hold lists of mappings.
+An output's values, in order: its dims of the actions, binarized (a gripper may: values above ``threshold``
+become ``above``, the others ``below``), converted into the controller's units (``conversions``, one per dim:
+``oxygen_ros/embodiment/conversions.py``), a twist times ``scale``. Outputs are given as flat lists (one entry
+per output) because ROS parameters cannot hold lists of mappings.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+
+from oxygen_ros.embodiment import ConversionError, Conversions, parse_conversions
 
 from .trajectory import JointLimits
 
@@ -57,16 +61,19 @@ class OutputSpec:
     frame: str = ""  # twist: header.frame_id
     scale: float = 1.0  # twist: every component times this
     binarize: Binarize | None = None
+    conversions: Conversions | None = None  # model → controller units, one per dim; None: as they are
 
     @property
     def streamed(self) -> bool:
         return self.type in STREAMED
 
     def values(self, actions: np.ndarray) -> np.ndarray:
-        """[..., len(dims)] of this output from [..., action_dim] actions (binarized, twist scaled)."""
+        """[..., len(dims)] of this output from [..., action_dim] actions (binarized, converted, twist scaled)."""
         out = np.asarray(actions, dtype=np.float64)[..., list(self.dims)]
         if self.binarize is not None:
             out = self.binarize.apply(out)
+        if self.conversions is not None:
+            out = self.conversions.to_robot(out)
         if self.type == "twist":
             out = out * self.scale
         return out
@@ -104,6 +111,17 @@ def _binarize(text: str) -> Binarize | None:
     return Binarize(*values)
 
 
+def _conversions(texts: Sequence[str], i: int, name: str, n_dims: int) -> Conversions | None:
+    """Output ``i``'s conversions (None when output_conversions is not given); a count other than its dims is refused."""
+    if not texts:
+        return None
+    key = f"output_conversions[{i}] ({name})"
+    converted = parse_conversions(str(texts[i]), key)
+    if len(converted) != n_dims:
+        raise ConversionError(f"{key}: {len(converted)} conversions for {n_dims} dims")
+    return converted
+
+
 def _entry(values: Sequence, i: int, default: object) -> object:
     return values[i] if i < len(values) else default
 
@@ -111,7 +129,7 @@ def _entry(values: Sequence, i: int, default: object) -> object:
 def build_outputs(
     names: Sequence[str], types: Sequence[str], topics: Sequence[str], dims: Sequence[str],
     joints: Sequence[str] = (), interfaces: Sequence[str] = (), frames: Sequence[str] = (),
-    scales: Sequence[float] = (), binarize: Sequence[str] = (),
+    scales: Sequence[float] = (), binarize: Sequence[str] = (), conversions: Sequence[str] = (),
 ) -> list[OutputSpec]:  # fmt: skip
     """Outputs from parallel lists (``names``, ``types``, ``topics``, ``dims`` one entry per output; the optional
     lists empty or one entry per output). Raises OutputConfigError with one line per problem."""
@@ -120,7 +138,8 @@ def build_outputs(
     for label, values, required in (("output_names", names, True), ("output_topics", topics, True),
                                     ("output_dims", dims, True), ("output_joints", joints, False),
                                     ("output_interfaces", interfaces, False), ("output_frames", frames, False),
-                                    ("output_scales", scales, False), ("output_binarize", binarize, False)):  # fmt: skip
+                                    ("output_scales", scales, False), ("output_binarize", binarize, False),
+                                    ("output_conversions", conversions, False)):  # fmt: skip
         if len(values) != n and (required or values):
             problems.append(f"{label} has {len(values)} entries for {n} output_types (one per output{'' if required else ', or none'})")
     if problems:
@@ -136,11 +155,16 @@ def build_outputs(
             if interface not in INTERFACES:
                 raise ValueError(f"interface {interface!r} is not one of {list(INTERFACES)}")
             joint_text = str(_entry(joints, i, ""))
+            output_dims = parse_dims(str(dims[i]))
+            converted = _conversions(conversions, i, name, len(output_dims))
             specs.append(OutputSpec(
-                name, kind, str(topics[i]), parse_dims(str(dims[i])),
+                name, kind, str(topics[i]), output_dims,
                 tuple(j.strip() for j in joint_text.split(",") if j.strip()), interface,
                 str(_entry(frames, i, "")), float(_entry(scales, i, 1.0)), _binarize(str(_entry(binarize, i, ""))),
+                converted,
             ))  # fmt: skip
+        except ConversionError as exc:
+            problems.append(str(exc))
         except ValueError as exc:
             problems.append(f"output {name}: {exc}")
     if problems:

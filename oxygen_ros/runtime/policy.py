@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from oxygen_ros.embodiment import Adapter, AdapterError, adapter_for_asset, make_adapter
+from oxygen_ros.embodiment import Adapter, AdapterError, ConversionError, adapter_for_asset, make_adapter
 from oxygen_ros.engine import Engine, EngineStats, FrameInput, QuestionRefused, TextEvent, TextTask, TickResult, make_runner
 from oxygen_ros.engine.allocator import keep_freed_buffers
 from oxygen_ros.engine.engine import EngineLanes
@@ -99,6 +99,7 @@ class PolicyRuntime:
         self.prompt_format = _resolve_prompt_format(config, self.checkpoint_info)
         self.resize_mode = self.checkpoint_info.resize_mode if config.resize_mode == "auto" else config.resize_mode
         self.adapter = _resolve_adapter(config, self.checkpoint_info)
+        self.state_conversions = config.state_conversions()
         self._check_adapter_sizes()
         mask = config.delta_action_mask or self.checkpoint_info.delta_action_mask
         self.delta_action_mask: tuple[bool, ...] | None = tuple(mask) if mask and any(mask) else None
@@ -398,8 +399,10 @@ class PolicyRuntime:
                 raise InputError("state", "the robot state must be a finite 1-D vector")
             if self.needs_state:  # into the model's space, before normalization (unused otherwise)
                 try:
+                    if self.state_conversions is not None:  # the robot's units → the adapter's, as its driver reports
+                        state = self.state_conversions.to_model(state)
                     state = self.adapter.state_in(state)
-                except AdapterError as exc:
+                except (AdapterError, ConversionError) as exc:
                     raise InputError("state", str(exc)) from None
             if self.delta_action_mask is not None and state.shape[0] < self._delta_dims():
                 raise InputError("state", f"delta actions add the state back to {self._delta_dims()} action dims; the state has {state.shape[0]}")
