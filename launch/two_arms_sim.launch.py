@@ -11,17 +11,27 @@ them all through its `robots` parameter, so each arm's topics resolve under its 
     /arm1/joint_trajectory_controller/joint_trajectory                       (its controller command)
     /arm1/oxygen_node/text/language  /arm1/oxygen_node/ask                   (its narration, its questions)
 
+The launch ends when the arms are done: each arm exits after its episodes, and once the last one has, launch
+logs how it ended ("all 2 simulated arms finished their episodes", or which arm exited with an error) and shuts
+down, oxygen_node included. It also ends when oxygen_node exits while arms still run (`oxygen_ros/ros/arms_watch.py`).
+A robot launch (oxygen.launch.py) has no such end: the node keeps serving and logs one line per robot that lost its
+inputs.
+
 Without ROS launch: `python -m oxygen_ros.demo --robots 2` (scripts/demo.sh --robots 2) runs the same.
 """
 
 import os
+from functools import partial
 
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, OpaqueFunction
+from launch.actions import DeclareLaunchArgument, EmitEvent, LogInfo, OpaqueFunction, RegisterEventHandler
+from launch.event_handlers import OnProcessExit
+from launch.events import Shutdown
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from oxygen_ros.ros.launch_args import robot_names
+from oxygen_ros.ros.arms_watch import ArmsWatch
+from oxygen_ros.ros.launch_args import node_arguments, robot_names
 
 PACKAGE = "oxygen_ros"
 
@@ -39,18 +49,28 @@ def _nodes(context, *args, **kwargs):
     robots = robot_names(LaunchConfiguration("robots").perform(context))
     episodes = int(LaunchConfiguration("episodes").perform(context))
     seed = int(LaunchConfiguration("seed").perform(context))
-    nodes = [
-        Node(package=PACKAGE, executable="oxygen_node", name="oxygen_node",
-             parameters=[_config("demo_policy.yaml"), {"robots": robots}], output="screen", emulate_tty=True)
+    policy = Node(package=PACKAGE, executable="oxygen_node", name="oxygen_node",
+                  parameters=[_config("demo_policy.yaml"), {"robots": robots}], arguments=node_arguments(False, False),
+                  output="screen", emulate_tty=True)
+    arms = [
+        Node(package=PACKAGE, executable="oxygen_sim_node", name="oxygen_sim_node", namespace=robot,
+             parameters=[_config("demo_sim.yaml"), {"episodes": episodes, "seed": seed + i * episodes,
+                                                    "wait_for_commander_s": 60.0}],
+             arguments=node_arguments(False, False), output="screen", emulate_tty=True)
+        for i, robot in enumerate(robots)
     ]
-    for i, robot in enumerate(robots):
-        nodes.append(
-            Node(package=PACKAGE, executable="oxygen_sim_node", name="oxygen_sim_node", namespace=robot,
-                 parameters=[_config("demo_sim.yaml"), {"episodes": episodes, "seed": seed + i * episodes,
-                                                        "wait_for_commander_s": 60.0}],
-                 output="screen", emulate_tty=True)
-        )
-    return nodes
+    watch = ArmsWatch(robots)
+
+    def end_when(decide):  # an exit handler: end the launch when `decide(returncode)` gives a reason
+        def on_exit(event, exit_context):
+            reason = None if exit_context.is_shutdown else decide(event.returncode)
+            return [LogInfo(msg=reason), EmitEvent(event=Shutdown(reason=reason))] if reason else None
+        return on_exit
+
+    handlers = [RegisterEventHandler(OnProcessExit(target_action=arm, on_exit=end_when(partial(watch.arm_exited, robot))))
+                for arm, robot in zip(arms, robots)]
+    handlers.append(RegisterEventHandler(OnProcessExit(target_action=policy, on_exit=end_when(watch.policy_exited))))
+    return [*handlers, policy, *arms]
 
 
 def generate_launch_description() -> LaunchDescription:

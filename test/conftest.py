@@ -47,3 +47,17 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture()
+def ros():  # noqa: ANN201
+    """rclpy for one test: a plain node for the test's side and the executor that spins it."""
+    import rclpy
+    from ros_helpers import make_test_node
+
+    rclpy.init()
+    node, executor = make_test_node("test_driver")
+    yield node, executor
+    executor.shutdown()
+    node.destroy_node()
+    rclpy.shutdown()

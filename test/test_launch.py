@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from oxygen_ros.interface import params as P, settings as S
+from oxygen_ros.ros.arms_watch import ArmsWatch
 from oxygen_ros.ros.launch_args import (LaunchArgumentError, as_bool, check_params_file, node_arguments, robot_names,
                                         robot_rates)
 from oxygen_ros.ros.main import main, parse_options, ros_arguments
@@ -63,11 +67,15 @@ def test_launch_description_builds():  # pragma: no cover - needs a ROS installa
     opaque = next(e for e in description.entities if isinstance(e, OpaqueFunction))
     context = LaunchContext()
     settings = dict(params_file=str(REPO / "config" / "demo.yaml"), checkpoint="/ckpt", namespace="arm",
-                    use_sim_time="true", lifecycle="true", autostart="true", robots="")
+                    use_sim_time="true", lifecycle="true", autostart="true", robots="", robot_rates="")
     context.launch_configurations.update(settings)
     (node,) = opaque.execute(context)
     assert isinstance(node, LifecycleNode)
     assert node.node_package == "oxygen_ros" and node.node_executable == "oxygen_node"
+    context.launch_configurations.update(robots="arm1,,arm2")
+    with pytest.raises(LaunchArgumentError, match="robots has an empty entry"):
+        opaque.execute(context)
+    context.launch_configurations.update(robots="")
     context.launch_configurations.update(lifecycle="false")
     (node,) = opaque.execute(context)
     assert not isinstance(node, LifecycleNode)
@@ -83,6 +91,82 @@ def test_two_arms_launch_example_serves_its_robots_from_one_node():
     assert _declared_arguments(tree) == {"robots", "episodes", "seed"}
     text = path.read_text()
     assert '{"robots": robots}' in text and 'executable="oxygen_sim_node"' in text and "namespace=robot" in text
+    assert "OnProcessExit" in text and "Shutdown(" in text and "ArmsWatch(robots)" in text  # it ends with its arms
+
+
+def test_a_demo_launch_ends_when_its_last_arm_exits_and_says_how() -> None:
+    watch = ArmsWatch(["arm1", "arm2"])
+    assert watch.arm_exited("arm2", 0) is None  # arm1 still runs
+    assert watch.arm_exited("arm1", 0) == "all 2 simulated arms finished their episodes; ending the launch"
+    assert watch.policy_exited(0) is None  # the node stopping with the launch says nothing more
+    failed = ArmsWatch(["a", "b", "c"])
+    assert failed.arm_exited("a", 1) is None and failed.arm_exited("b", 0) is None
+    assert failed.arm_exited("c", -9) == ("the simulated arms exited, 2 of 3 with an error: a (code 1), c (signal 9); "
+                                          "ending the launch")
+    crashed = ArmsWatch(["a", "b"])
+    assert crashed.arm_exited("a", 0) is None
+    assert crashed.policy_exited(1) == "oxygen_node exited (code 1) while b still ran; ending the launch"
+    assert crashed.arm_exited("b", 0) is None  # the launch is ending already
+
+
+def _ament_prefix(tmp_path: Path) -> str | None:
+    """An ament prefix holding this checkout as the installed package `oxygen_ros` (its console scripts and
+    config), for launch_ros to find where the package is not installed; None where it is."""
+    from ament_index_python.packages import PackageNotFoundError, get_package_prefix
+
+    try:
+        get_package_prefix("oxygen_ros")
+        return None
+    except (PackageNotFoundError, OSError):  # not installed, or no ament prefix at all (AMENT_PREFIX_PATH unset)
+        pass
+    prefix = tmp_path / "prefix"
+    (prefix / "share" / "ament_index" / "resource_index" / "packages").mkdir(parents=True)
+    (prefix / "share" / "ament_index" / "resource_index" / "packages" / "oxygen_ros").write_text("")
+    (prefix / "share" / "oxygen_ros").mkdir(parents=True)
+    (prefix / "share" / "oxygen_ros" / "config").symlink_to(REPO / "config")
+    (prefix / "lib" / "oxygen_ros").mkdir(parents=True)
+    for script, module in (("oxygen_node", "oxygen_ros.ros.main"), ("oxygen_sim_node", "oxygen_ros.ros.sim_main")):
+        path = prefix / "lib" / "oxygen_ros" / script
+        path.write_text(f"#!/bin/sh\nexec {sys.executable} -m {module} \"$@\"\n")
+        path.chmod(0o755)
+    return str(prefix)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("launch_ros") is None,
+    reason="launch_ros cannot be imported (ROS 2 launch is not on PyPI); run on a ROS installation",
+)
+def test_two_arms_launch_ends_after_its_arms(tmp_path, monkeypatch, capfd) -> None:  # pragma: no cover - needs launch
+    """The demo launch, run by launch itself: two simulated arms, one episode each, one oxygen_node; it returns by
+    itself once both arms are done, saying so, and every process it started is gone."""
+    import threading
+
+    from launch import LaunchDescription, LaunchService
+    from launch.actions import IncludeLaunchDescription
+    from launch.launch_description_sources import PythonLaunchDescriptionSource
+
+    prefix = _ament_prefix(tmp_path)
+    if prefix is not None:
+        monkeypatch.setenv("AMENT_PREFIX_PATH", os.pathsep.join(p for p in (prefix, os.environ.get("AMENT_PREFIX_PATH")) if p))
+    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # the network rule, for every process it starts
+    service = LaunchService()
+    service.include_launch_description(LaunchDescription([IncludeLaunchDescription(
+        PythonLaunchDescriptionSource(str(REPO / "launch" / "two_arms_sim.launch.py")),
+        launch_arguments={"episodes": "1"}.items())]))
+    limit_s = 240.0
+    watchdog = threading.Timer(limit_s, service.shutdown)  # a launch that never ends is stopped, and fails below
+    watchdog.start()
+    started = time.monotonic()
+    try:
+        code = service.run()
+    finally:
+        watchdog.cancel()
+    elapsed = time.monotonic() - started
+    out = "".join(capfd.readouterr())
+    assert elapsed < limit_s - 1, out[-4000:]
+    assert code == 0 and "all 2 simulated arms finished their episodes; ending the launch" in out, out[-4000:]
+    assert out.count("episode 1: success") + out.count("episode 1: failed") == 2, out[-4000:]
+    assert "Traceback" not in out and "stopped (" in out, out[-4000:]  # the node stopped cleanly with the launch
 
 
 def test_launch_arguments_are_checked(tmp_path):
@@ -96,9 +180,11 @@ def test_launch_arguments_are_checked(tmp_path):
     assert as_bool("lifecycle", "True") is True and as_bool("autostart", "off") is False
     with pytest.raises(LaunchArgumentError, match="autostart must be true or false"):
         as_bool("autostart", "maybe")
-    assert node_arguments(False, True) == [] and node_arguments(True, False) == ["--lifecycle"]
-    assert node_arguments(True, True) == ["--lifecycle", "--autostart"]
-    assert parse_options(["x", *node_arguments(True, True), "--ros-args", "-r", "__ns:=/arm"]).autostart
+    assert node_arguments(False, True) == ["--exit-with-parent"]
+    assert node_arguments(True, False) == ["--exit-with-parent", "--lifecycle"]
+    assert node_arguments(True, True) == ["--exit-with-parent", "--lifecycle", "--autostart"]
+    options = parse_options(["x", *node_arguments(True, True), "--ros-args", "-r", "__ns:=/arm"])
+    assert options.autostart and options.exit_with_parent and options.args == ["x", "--ros-args", "-r", "__ns:=/arm"]
     assert robot_names("") == [] and robot_names("arm1, arm2") == ["arm1", "arm2"] and robot_names("[a,b]") == ["a", "b"]
     with pytest.raises(LaunchArgumentError, match="namespace token"):
         robot_names("arm-1")
@@ -108,6 +194,17 @@ def test_launch_arguments_are_checked(tmp_path):
     for bad, why in (("5,fast", "numbers"), ("5,0", "> 0"), ("nan", "> 0")):
         with pytest.raises(LaunchArgumentError, match=why):
             robot_rates(bad)
+    assert robot_names("[]") == [] and robot_names(" [ arm1 ,arm2 ] ") == ["arm1", "arm2"]
+
+
+@pytest.mark.parametrize(("text", "where"), [("arm1,,arm2", "number 2 of 3"), ("arm1,arm2,", "number 3 of 3"),
+                                             (",arm1", "number 1 of 2"), ("[arm1, ,arm2]", "number 2 of 3")])
+def test_a_blank_list_entry_is_refused_not_dropped(text: str, where: str) -> None:
+    # Dropping it would move every later entry: with robot_rates, a rate would go to the wrong robot.
+    with pytest.raises(LaunchArgumentError, match=f"robots has an empty entry \\({where}\\)"):
+        robot_names(text)
+    with pytest.raises(LaunchArgumentError, match=f"robot_rates has an empty entry \\({where}\\)"):
+        robot_rates(text.replace("arm1", "5").replace("arm2", "2.5"))
 
 
 # ---------------------------------------------------------------------------------------- configs

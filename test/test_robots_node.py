@@ -13,13 +13,15 @@ import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from oxygen_ros_msgs.msg import ActionChunk
 from rclpy.action import get_action_names_and_types
+from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
-from ros_helpers import REPO, Collector, FakeRuntime, NodeProcess, make_test_node, spin_until, wait_for_match, write_params
+from ros_helpers import (REPO, Collector, FakeRuntime, NodeProcess, make_test_node, spin_for, spin_until, wait_for_match,
+                         write_params)
 
 from oxygen_ros.interface.convert import array_to_image, ns_to_stamp
 from oxygen_ros.interface.topic_names import robot_topic
@@ -133,6 +135,52 @@ def test_each_robot_has_its_own_topics_and_a_robot_without_inputs_does_not_hold_
         driver.destroy_node()
 
 
+def _ask_servers(executor: Any, driver: Any, expected: set[str]) -> set[str]:
+    """The ~/ask action servers the ROS graph lists (as `ros2 action list` does), once `expected` appear."""
+    found: set[str] = set()
+
+    def listed() -> bool:
+        found.clear()
+        found.update(n for n, _ in get_action_names_and_types(driver) if n.endswith("/ask"))
+        return expected <= found
+
+    spin_until(executor, listed, timeout=15)
+    spin_for(executor, 0.5)  # a stray server would be discovered together with the others; give it a moment more
+    listed()
+    return found
+
+
+@pytest.mark.parametrize("managed", [False, True], ids=["plain", "managed"])
+def test_one_ask_server_per_robot_and_none_at_the_root(ros_context, managed: bool) -> None:  # noqa: ANN001
+    from oxygen_ros.ros.lifecycle import OxygenLifecycleNode
+
+    make = OxygenLifecycleNode if managed else OxygenNode
+    values: dict[str, Any] = {"camera_topics": ["camera/image"], "joint_names": JOINTS, "default_instruction": "go"}
+    fleet = make("asks_fleet", namespace="/cell", runtime_loader=FakeRuntime.loader(action_dim=3),
+                 parameter_overrides=[Parameter(k, value=v) for k, v in {**values, "robots": ["arm1", "arm2"]}.items()])
+    single = make("asks_single", namespace="/cell", runtime_loader=FakeRuntime.loader(action_dim=3),
+                  parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
+    driver, executor = make_test_node("asks_driver")
+    executor.add_node(fleet)
+    executor.add_node(single)
+    try:
+        # Before configure (managed) and after it: the same servers, the robots' in fleet mode, the root one otherwise.
+        expected = {"/cell/arm1/asks_fleet/ask", "/cell/arm2/asks_fleet/ask", "/cell/asks_single/ask"}
+        assert _ask_servers(executor, driver, expected) == expected
+        if managed:
+            refused = fleet.set_parameters([Parameter("robots", value=["arm1"])])[0]
+            assert not refused.successful  # the robots name the node's action servers: fixed for its life
+            for node in (fleet, single):
+                assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+                assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+            assert _ask_servers(executor, driver, expected) == expected
+        assert [p.ask.name for p in fleet._ports] == ["arm1/asks_fleet/ask", "arm2/asks_fleet/ask"]
+    finally:
+        executor.shutdown()
+        for node in (fleet, single, driver):
+            node.destroy_node()
+
+
 def test_each_robot_gets_chunks_at_its_own_rate_with_its_own_step_period(ros_context) -> None:  # noqa: ANN001
     load = FakeRuntime.loader(action_dim=3)
     robots = ("fast", "slow")
@@ -200,6 +248,9 @@ def test_two_simulated_arms_driven_by_one_node_both_pick_up_and_narrate(tmp_path
             ended = lambda: all(any('"end"' in m.data for m in episodes[a].messages) for a in arms)  # noqa: E731
             assert spin_until(executor, ended, 150.0), policy.output() + "".join(s.output() for s in sims)
             assert "serving 2 robots from one model" in policy.output(), policy.output()
+            for sim in sims:  # the start waits for the node; it is restated then, and its instruction logged once
+                assert sim.wait(30.0) == 0, sim.output()
+                assert sim.output().count("episode 1: '") == 1, sim.output()
         results = {a: [json.loads(m.data) for m in episodes[a].messages if '"end"' in m.data][0] for a in arms}
         starts = {a: [json.loads(m.data) for m in episodes[a].messages if '"start"' in m.data][0] for a in arms}
         assert starts["arm1"]["instruction"] != starts["arm2"]["instruction"] or starts["arm1"]["seed"] != starts["arm2"]["seed"]

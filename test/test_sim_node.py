@@ -5,29 +5,17 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pytest
-import rclpy
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from ros_helpers import REPO, Collector, NodeProcess, make_test_node, spin_until, wait_for_match, write_params
+from ros_helpers import REPO, Collector, NodeProcess, spin_until, wait_for_match, write_params
 
 from oxygen_ros.interface.convert import image_to_array
 
 LATCHED = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 NS = "/robot1"
-
-
-@pytest.fixture()
-def ros():  # noqa: ANN201
-    rclpy.init()
-    node, executor = make_test_node("sim_test")
-    yield node, executor
-    executor.shutdown()
-    node.destroy_node()
-    rclpy.shutdown()
 
 
 def test_policy_drives_the_simulated_arm_over_dds(ros, tmp_path) -> None:  # noqa: ANN001

@@ -34,20 +34,33 @@ def check_params_file(path: str) -> str:
 
 
 def node_arguments(lifecycle: bool, autostart: bool) -> list[str]:
-    """Command-line flags of oxygen_node for the managed node (see oxygen_ros/ros/main.py)."""
-    if not lifecycle:
+    """Command-line flags of oxygen_node (and oxygen_sim_node) started by launch (see oxygen_ros/ros/main.py).
+
+    Always `--exit-with-parent`: `ros2 launch` killed with SIGTERM leaves its children running; with it they
+    stop cleanly, as on SIGINT, when launch dies."""
+    flags = ["--exit-with-parent"]
+    if lifecycle:
+        flags += ["--lifecycle", *(["--autostart"] if autostart else [])]
+    return flags
+
+
+def _items(name: str, text: str) -> list[str]:
+    """A list launch argument's items: "a,b" or "[a, b]" ("" or "[]" = none). A blank entry ("a,,b", "a,")
+    is refused: it is a typo, and dropping it would shift every later entry (one rate per robot)."""
+    inner = text.strip().removeprefix("[").removesuffix("]").strip()
+    if not inner:
         return []
-    return ["--lifecycle", *(["--autostart"] if autostart else [])]
-
-
-def _items(text: str) -> list[str]:
-    """A list launch argument's items: "a,b" or "[a, b]", blanks dropped ("" = none)."""
-    return [item.strip() for item in text.strip().strip("[]").split(",") if item.strip()]
+    items = [item.strip() for item in inner.split(",")]
+    blank = [i + 1 for i, item in enumerate(items) if not item]
+    if blank:
+        raise LaunchArgumentError(f"{name} has an empty entry (number {blank[0]} of {len(items)}) in {text!r}: "
+                                  "separate the entries by single commas")
+    return items
 
 
 def robot_names(text: str) -> list[str]:
     """The `robots` launch argument ("arm1,arm2" or "[arm1, arm2]"; "" = one robot) as a list of names."""
-    names = _items(text)
+    names = _items("robots", text)
     problems = [r for n in names if (r := robot_name_problem(n))]
     if problems:
         raise LaunchArgumentError(f"robots: {problems[0]}")
@@ -59,8 +72,9 @@ def robot_names(text: str) -> list[str]:
 def robot_rates(text: str) -> list[float]:
     """The `robot_rates` launch argument ("5,2.5" or "[5, 2.5]"; "" = none) as control rates in Hz; the node
     checks at configure that there is one per robot."""
+    items = _items("robot_rates", text)
     try:
-        rates = [float(p) for p in _items(text)]
+        rates = [float(p) for p in items]
     except ValueError:
         raise LaunchArgumentError(f"robot_rates must be numbers in Hz separated by commas, got {text!r}") from None
     if any(not (math.isfinite(r) and r > 0) for r in rates):

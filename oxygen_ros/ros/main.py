@@ -5,6 +5,7 @@
     ros2 run oxygen_ros oxygen_node --ros-args -p control_rate_hz:=10.0
     oxygen_node --lifecycle --autostart --params-file ...         # the managed node, configured + activated
     oxygen_lifecycle_node --params-file ...                       # the managed node, waiting for `configure`
+    oxygen_node --exit-with-parent ...                            # stops cleanly when its launcher dies (launch files)
 
 Exit codes: 0 after SIGINT/SIGTERM (live text requests are cancelled and their final deltas published
 first; signals repeated within REPEAT_WINDOW_S of the first are the same request, as when a terminal and
@@ -27,6 +28,8 @@ USAGE = (
     "usage: oxygen_node [--lifecycle [--autostart]] [--params-file PATH]... [--ros-args ...]\n"
     "  --lifecycle         a managed (lifecycle) node: starts unconfigured, driven by ~/change_state\n"
     "  --autostart         with --lifecycle: configure and activate at start\n"
+    "  --exit-with-parent  stop cleanly (as on SIGTERM) when the process that started it dies, e.g. a\n"
+    "                      `ros2 launch` killed with SIGTERM, which leaves its children running (Linux)\n"
     "  --params-file PATH  ROS 2 parameters YAML (same as --ros-args --params-file PATH); repeatable,\n"
     "                      later files override earlier ones\n"
     "  --ros-args ...      standard ROS arguments (-p name:=value, -r __ns:=/robot, --params-file, ...)"
@@ -42,6 +45,7 @@ class Options:
     args: list[str]  # program name + ROS arguments, for rclpy.init
     lifecycle: bool = False
     autostart: bool = False
+    exit_with_parent: bool = False
 
 
 def ros_arguments(argv: Sequence[str]) -> list[str]:
@@ -55,7 +59,7 @@ def ros_arguments(argv: Sequence[str]) -> list[str]:
 def parse_options(argv: Sequence[str]) -> Options:
     """The command line: --lifecycle/--autostart and ROS arguments (see `ros_arguments`)."""
     plain: list[str] = []
-    flags = {"--lifecycle": False, "--autostart": False}
+    flags = {"--lifecycle": False, "--autostart": False, "--exit-with-parent": False}
     rest = list(argv)
     program, args = (rest[0], rest[1:]) if rest else ("oxygen_node", [])
     ros: list[str] = []
@@ -85,7 +89,7 @@ def parse_options(argv: Sequence[str]) -> Options:
         ros = ["--ros-args", *plain, *ros[1:]]
     if flags["--autostart"] and not flags["--lifecycle"]:
         _die("--autostart needs --lifecycle (the plain node always starts active)", code=2)
-    return Options([program, *ros], flags["--lifecycle"], flags["--autostart"])
+    return Options([program, *ros], flags["--lifecycle"], flags["--autostart"], flags["--exit-with-parent"])
 
 
 def _die(message: str, code: int = 1) -> None:
@@ -125,8 +129,29 @@ class ShutdownRequest:
             os._exit(130)
 
 
+def signal_when_parent_dies(parent: int, sig: int = signal.SIGTERM) -> bool:
+    """Ask Linux to send `sig` to this process when its parent dies (prctl PR_SET_PDEATHSIG); when the parent
+    (`parent`, its pid at start) is gone already, the signal comes now. False where the platform cannot."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        if libc.prctl(1, int(sig), 0, 0, 0) != 0:  # 1 = PR_SET_PDEATHSIG
+            return False
+    except (OSError, AttributeError):
+        return False
+    if os.getppid() != parent:  # re-parented while the model loaded
+        os.kill(os.getpid(), sig)
+    return True
+
+
 def _run(options: Options) -> int:
     args = options.args
+    parent = os.getppid()
+    # Until the node exists, SIGTERM stops start-up as Ctrl-C does (a supervisor stopping a node that is still
+    # loading its model) instead of killing the process outright.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     # Imported here so `--help` and argument errors answer without loading rclpy and torch.
     import rclpy
     from rclpy.exceptions import InvalidHandle
@@ -149,22 +174,24 @@ def _run(options: Options) -> int:
         rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     except Exception as exc:  # e.g. a params file that does not parse
         _die(f"cannot start ROS: {exc}")
+    request = ShutdownRequest()
+    stop = request.event
     try:
         node = OxygenLifecycleNode() if options.lifecycle else OxygenNode()
+        for sig in (signal.SIGINT, signal.SIGTERM):  # from here on a signal asks for the clean stop below
+            signal.signal(sig, request.on_signal)
     except ConfigError as exc:
         rclpy.try_shutdown()
         _die(str(exc))
     except RuntimeLoadError as exc:
         rclpy.try_shutdown()
         _die(f"cannot load the model: {exc}")
-    except KeyboardInterrupt:  # Ctrl-C while the model loads: nothing to clean up yet
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM while the model loads: nothing to clean up yet
         rclpy.try_shutdown()
         return 0
 
-    request = ShutdownRequest()
-    stop = request.event
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, request.on_signal)
+    if options.exit_with_parent and not signal_when_parent_dies(parent):
+        node.get_logger().warning("--exit-with-parent: not supported here (Linux only); stop the node with SIGINT")
     if options.autostart:
         _autostart(node)
     ask_goals = int(node.get_parameter("ask_max_goals").value)

@@ -28,7 +28,6 @@ cleanup = release everything. Parameters and the diagnostics timer exist from co
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from functools import partial
@@ -60,6 +59,7 @@ from .controller_outputs import ControllerOutputs
 from oxygen_ros.interface.topic_names import robot_topic
 from .diagnostics import Diagnostics, diagnostic_array
 from .robot_clocks import RobotClocks
+from .robot_log import RobotLog
 from .robot_ports import RobotPorts, TextPublishers, diagnostics_prefix
 from .topic_stats import TopicStatistics
 
@@ -78,10 +78,9 @@ INSTRUCTION_LIVE_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIAB
 # simulator is still starting) are expected: one info line, no warnings.
 STARTUP_GRACE_S = 30.0
 STARTUP_KINDS = ("missing_image", "missing_joint_state", "missing_instruction")
-WARN_THROTTLE_S = 2.0
+# Inputs that arrived and then stopped (a robot switched off, a simulator that finished): one line, not one a tick.
+LOST_KINDS = ("stale_image", "stale_joint_state", "no_camera")
 MIN_DECODE_SHARE = 0.1  # decode budget per tick, as a share of the period, when ticks leave no slack
-_DIGITS = re.compile(r"[0-9.]+")
-_MAX_THROTTLE_KEYS = 256
 
 
 def _wait_acked(publishers: Sequence[Publisher], timeout_s: float, step_s: float = 0.01) -> bool:
@@ -115,7 +114,6 @@ class OxygenNode(Node):
         self._ready = False  # configured: runtime, store, statistics and publishers all exist
         self.active = False
         self.state_problem = ""  # why the latest configure failed ('' = it did not)
-        self._loggers: dict[tuple[str, str], Any] = {}
         self._text_parts: dict[int, list[str]] = {}
         self._ports: list[RobotPorts] = []  # one per robot served, while configured
         self._grace_until = 0.0  # time.monotonic() until which not-yet-arrived inputs are not warned about
@@ -132,8 +130,11 @@ class OxygenNode(Node):
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.add_post_set_parameters_callback(self._after_set_parameters)
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", RELIABLE)
-        # ~/ask servers by action name; they live as long as the node and refuse questions until active.
-        self._asks: dict[str, AskServer] = {"~/ask": AskServer(self, callback_group=self._ask_group)}
+        # ~/ask servers by action name, one per robot served (`robots` is fixed for the node's life); they live as
+        # long as the node and refuse questions until active.
+        self._asks: dict[str, AskServer] = {
+            name: AskServer(self, callback_group=self._ask_group, name=name) for name in self._ask_names()
+        }
         self._diag_timer = self.create_timer(float(self._values["diagnostics_period_s"]), self._on_diagnostics,
                                              callback_group=self._diag_group)
         if not managed:
@@ -170,6 +171,7 @@ class OxygenNode(Node):
         self._tick_wanted.clear()
         for port in self._ports:
             port.last_chunk_s = None  # the first tick after activation computes a chunk
+            port.log.reset()
         self._grace_until = time.monotonic() + STARTUP_GRACE_S
         self._create_subscriptions()
         self._create_timers()
@@ -259,6 +261,14 @@ class OxygenNode(Node):
         if unknown:
             self.get_logger().warning(f"ignoring unknown parameters {unknown} (misspelled? see config/demo.yaml)")
 
+    def _ask_names(self) -> list[str]:
+        """The ~/ask action of each robot the parameters name: `~/ask` for the only robot, `<robot>/<node>/ask`
+        for each of several. None while the names are invalid (configure then fails and says why)."""
+        robots = self._values["robots"]
+        if node_params.SPECS["robots"].validate(robots):
+            return []
+        return [robot_topic(r, "~/ask", self.get_name()) for r in robots or [""]]
+
     def _chunk_rate_hz(self, robot: str) -> float:
         """The chunk rate diagnostics expect of a robot: its control rate, or one chunk per n_action_steps steps."""
         s, rt = self.settings.for_robot(robot), self.runtime
@@ -277,8 +287,6 @@ class OxygenNode(Node):
         s, rt = self.settings, self.runtime
         node_name = self.get_name()
         ask_name = robot_topic(name, "~/ask", node_name)
-        if ask_name not in self._asks:  # created once; it outlives cleanup like the one-robot server
-            self._asks[ask_name] = AskServer(self, callback_group=self._ask_group, name=ask_name)
         unused = rt.num_image_slots - len(s.camera_topics)  # slots past the list: no camera, masked
         # as `ros2 topic list` shows them
         cameras = [self.resolve_topic_name(robot_topic(name, t, node_name)) if t else "" for t in s.camera_topics]
@@ -292,7 +300,7 @@ class OxygenNode(Node):
         prefix = diagnostics_prefix(name)
         topic_stats = TopicStatistics([*(t for t in cameras if t), *(["joint_states"] if s.joint_names else [])], prefix=prefix)
         port = RobotPorts(name, key, node_name, store, Diagnostics(self._chunk_rate_hz(name), prefix=prefix), topic_stats,
-                          self._asks[ask_name])  # fmt: skip
+                          self._asks[ask_name], RobotLog(self.get_logger(), name))  # fmt: skip
         port.chunk_pub = self._make_publisher(ActionChunk, port.topic("~/action_chunk"), RELIABLE)
         port.outputs = ControllerOutputs(self, s.for_robot(name),
                                          lambda typ, topic, qos: self._make_publisher(typ, port.topic(topic), qos),
@@ -406,13 +414,13 @@ class OxygenNode(Node):
         try:
             image = convert(msg)
         except Exception as exc:  # anything a malformed message can raise: refuse it, never crash
-            self._warn("bad_image", port.label + port.store.reject_image(slot, str(exc), stamp, recv))
+            port.log.warn("bad_image", port.store.reject_image(slot, str(exc), stamp, recv))
             return
         if not image.flags.writeable:  # a view of the message's bytes: own it (torch wants writable arrays)
             image = image.copy()
         reason = port.store.put_image(slot, image, stamp, recv, msg.header.frame_id)
         if reason:
-            self._warn("bad_image", port.label + reason)
+            port.log.warn("bad_image", reason)
 
     def _on_joint_state(self, port: RobotPorts, msg: JointState) -> None:
         recv = self._now_ns()
@@ -420,7 +428,7 @@ class OxygenNode(Node):
         try:
             positions = joint_positions(msg, self.settings.joint_names)
         except Exception as exc:
-            self._warn("bad_joint_state", port.label + port.store.reject_joint_state(str(exc), stamp, recv))
+            port.log.warn("bad_joint_state", port.store.reject_joint_state(str(exc), stamp, recv))
             return
         port.store.put_joint_state(positions, stamp, recv)
 
@@ -428,28 +436,16 @@ class OxygenNode(Node):
         reason = port.store.put_instruction(msg.data, self._now_ns(), sent_ns=int(info.get("source_timestamp", 0)))
         current = port.store.instruction()
         if reason:
-            self._warn("bad_instruction", f"{port.label}instruction refused: {reason}")
+            port.log.warn("bad_instruction", f"instruction refused: {reason}")
         elif current is not None and current != port.last_instruction:
             port.last_instruction = current
-            self.get_logger().info(f"{port.label}instruction: {current[:200]!r}")
+            port.log.info(f"instruction: {current[:200]!r}")
 
     def _on_incompatible_instruction(self, port: RobotPorts, event: QoSRequestedIncompatibleQoSInfo) -> None:
         topic = self.resolve_topic_name(port.topic(self.settings.instruction_topic))
-        self._warn("instruction_qos", f"a publisher on {topic} offers incompatible QoS "
+        port.log.warn("instruction_qos", f"a publisher on {topic} offers incompatible QoS "
                                       f"({qos_policy_name_from_kind(event.last_policy_kind)}): its instructions are not "
                                       "received; publish them reliable (volatile or transient local)")
-
-    def _warn(self, kind: str, message: str) -> None:
-        """A warning throttled per problem: a repeating problem logs every WARN_THROTTLE_S, a new one at once.
-
-        rclpy throttles per logger object and call site, so each problem (the kind plus the message with its
-        numbers removed) gets its own child logger object named after the kind.
-        """
-        key = (kind, _DIGITS.sub("#", message)) if len(self._loggers) < _MAX_THROTTLE_KEYS else (kind, "")
-        logger = self._loggers.get(key)
-        if logger is None:
-            logger = self._loggers[key] = self.get_logger().get_child(kind)
-        logger.warning(message, throttle_duration_sec=WARN_THROTTLE_S)
 
     # ------------------------------------------------------------------------------ model work
     def _on_tick(self) -> None:
@@ -523,8 +519,9 @@ class OxygenNode(Node):
             return None
         if self.runtime.last_prompt_truncated:  # cut as openpi/LeRobot do; the chunk still goes out
             port.store.count("prompts_truncated")
-            self._warn("prompt_truncated", f"{port.label}prompt cut to {self.runtime.model_config.max_prompt_tokens} "
+            port.log.warn("prompt_truncated", f"prompt cut to {self.runtime.model_config.max_prompt_tokens} "
                                            f"tokens (max_prompt_tokens); shorten the instruction")
+        port.log.inputs_back()
         return obs, frame
 
     def _publish_step(self, port: RobotPorts, obs: Observation, result: Any, start: float) -> None:
@@ -550,7 +547,7 @@ class OxygenNode(Node):
                                                       rt.config.time_alignment)  # fmt: skip
             except ChunkTooLate as exc:  # the controller would reject it: say so, send the chunk only
                 port.store.count("chunk_too_late")
-                self._warn("chunk_too_late", f"{port.label}no controller command this tick: {exc}")
+                port.log.warn("chunk_too_late", f"no controller command this tick: {exc}")
                 rt.forget_chunk(port.key)
             else:
                 port.diag.clamped(clamped)
@@ -616,14 +613,16 @@ class OxygenNode(Node):
     def _skip(self, port: RobotPorts, kind: str, message: str) -> None:
         port.diag.tick_skipped(f"{kind}: {message}")
         if kind in STARTUP_KINDS and port.last_chunk_s is None and time.monotonic() < self._grace_until:
-            self.get_logger().info(f"{port.label}waiting for the first inputs ({message})", once=True)
-            return
-        self._warn(kind, f"{port.label}no action chunk this tick: {message}")
+            port.log.waiting(message)
+        elif kind in LOST_KINDS and port.last_chunk_s is not None:
+            port.log.inputs_lost(message)  # one line; /diagnostics shows the reason every period
+        else:
+            port.log.warn(kind, f"no action chunk this tick: {message}")
 
     def _engine_error(self, port: RobotPorts, where: str, exc: BaseException) -> None:
         message = f"{where} failed: {type(exc).__name__}: {exc}"
         port.diag.engine_error(message)
-        self._warn("engine_error", port.label + message)
+        port.log.warn("engine_error", message)
 
     def _on_diagnostics(self) -> None:
         now = self.get_clock().now()

@@ -69,11 +69,18 @@ def descriptor(spec: ParamSpec, read_only: bool | None = None) -> ParameterDescr
     return desc
 
 
+# Read-only for the node's whole life, also on an unconfigured managed node: the robots name the node's ~/ask
+# action servers, which are created with the node (adding or removing an action server while the executor spins
+# can stall it).
+LIFETIME_PARAMS = frozenset({"robots"})
+
+
 def declare_parameters(node: Node, specs: Sequence[ParamSpec] = PARAMS, fixed_read_only: bool = True) -> dict[str, Any]:
     """Declare every parameter on `node` (overrides from --params-file apply) and return the values.
 
     `fixed_read_only=False` leaves the parameters that fix the model and the wiring writable for ROS (a
-    managed node accepts them while unconfigured and refuses them itself otherwise, see `check_changes`).
+    managed node accepts them while unconfigured and refuses them itself otherwise, see `check_changes`), except
+    LIFETIME_PARAMS.
     Also registers the pre-set callback that turns integers given for doubles into doubles.
     Raises ConfigError when ROS itself refuses an override (e.g. a string given to an int parameter).
     """
@@ -84,7 +91,7 @@ def declare_parameters(node: Node, specs: Sequence[ParamSpec] = PARAMS, fixed_re
     node.add_pre_set_parameters_callback(lambda params: [_as_declared_type(p) for p in params])
     problems = []
     for spec in specs:
-        read_only = spec.read_only and fixed_read_only
+        read_only = spec.read_only and (fixed_read_only or spec.name in LIFETIME_PARAMS)
         empty_list = spec.kind.endswith("[]") and not spec.default
         try:
             if empty_list:

@@ -1,5 +1,5 @@
-"""What the policy node keeps per robot it serves: the robot's inputs, publishers, `~/ask` server, diagnostics
-and the timing of its last chunk.
+"""What the policy node keeps per robot it serves: the robot's inputs, publishers, `~/ask` server, diagnostics,
+log lines and the timing of its last chunk.
 
 A node serving one robot (the `robots` parameter empty) has one `RobotPorts` named ``""`` whose topics are the
 parameters' names as they are. With `robots: [arm1, arm2]` each robot has its own, and every topic resolves as
@@ -19,6 +19,7 @@ from oxygen_ros.interface.topic_names import robot_topic
 from .ask_server import AskServer
 from .controller_outputs import ControllerOutputs
 from .diagnostics import Diagnostics
+from .robot_log import RobotLog
 from .topic_stats import TopicStatistics
 
 __all__ = ["RobotPorts", "TextPublishers", "diagnostics_prefix"]
@@ -44,6 +45,7 @@ class RobotPorts:
     diag: Diagnostics
     topic_stats: TopicStatistics
     ask: AskServer
+    log: RobotLog
     chunk_pub: Publisher | None = None
     outputs: ControllerOutputs | None = None
     text_pubs: dict[str, TextPublishers] = field(default_factory=dict)
@@ -55,11 +57,6 @@ class RobotPorts:
     def topic(self, name: str) -> str:
         """``name`` (a parameter's topic, relative, absolute or private) for this robot."""
         return robot_topic(self.name, name, self.node_name)
-
-    @property
-    def label(self) -> str:
-        """Put before log lines about this robot ("" for the only robot)."""
-        return f"robot {self.name}: " if self.name else ""
 
     def publishers(self) -> list[Publisher]:
         """Every publisher of this robot except the controller outputs (those have their own `destroy`)."""

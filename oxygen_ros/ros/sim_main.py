@@ -2,6 +2,7 @@
 
     oxygen_sim_node --params-file config/demo_sim.yaml
     oxygen_sim_node --ros-args -p episodes:=5 -p seed:=100 -r __ns:=/arm
+    oxygen_sim_node --exit-with-parent ...     # stops when its launcher dies (as oxygen_node, see main.py)
 
 Exit codes: 0 after the last episode (with exit_when_done) or SIGINT/SIGTERM, 1 for invalid parameters,
 2 for a bad command line.
@@ -9,22 +10,25 @@ Exit codes: 0 after the last episode (with exit_when_done) or SIGINT/SIGTERM, 1 
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
 from typing import Sequence
 
-from .main import ros_arguments
+from .main import Options, parse_options, signal_when_parent_dies
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        return _run(ros_arguments(sys.argv if argv is None else argv))
+        return _run(parse_options(sys.argv if argv is None else argv))
     except SystemExit as exc:
         return int(exc.code or 0)
 
 
-def _run(args: list[str]) -> int:
+def _run(options: Options) -> int:
+    args, parent = options.args, os.getppid()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # until the node exists: as Ctrl-C (see main.py)
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
@@ -34,6 +38,9 @@ def _run(args: list[str]) -> int:
     try:
         rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
         node = OxygenSimNode()
+    except KeyboardInterrupt:  # stopped while starting: nothing to clean up yet
+        rclpy.try_shutdown()
+        return 0
     except Exception as exc:  # ConfigError for bad parameters, or a params file that does not parse
         print(f"oxygen_sim_node: error: {exc}", file=sys.stderr, flush=True)
         rclpy.try_shutdown()
@@ -41,6 +48,8 @@ def _run(args: list[str]) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    if options.exit_with_parent and not signal_when_parent_dies(parent):
+        node.get_logger().warning("--exit-with-parent: not supported here (Linux only); stop the node with SIGINT")
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     try:

@@ -143,19 +143,22 @@ class OxygenSimNode(Node):
     def _on_physics(self) -> None:
         now = self._now_s()
         waiting = self._waiting_for_commander(now)
+        restated = None
         with self._lock:
             events = self.runner.update(now)
             if waiting:  # the first scene is shown; its clock waits for whoever sends trajectories
                 self._held = self.runner.hold(now) or self._held
             elif self._held is not None:  # ... who is here now: the start again, with its real clock start
-                events, self._held = [*events, self._held], None
+                restated, self._held = self._held, None
             episode = self.runner.episode
             state = episode.state.tolist() if episode is not None else None
             labels = (episode.subtask, episode.memory) if episode is not None else (None, None)
             answers = scene_answers(episode.scene) if episode is not None else {}
             index = self.runner.index
         for event in events:
-            self._report(event)
+            self._report(event, waiting=waiting)
+        if restated is not None:
+            self._report(restated, restated=True)
         if (labels, answers) != self._labels:  # the true subtask, scene note and answers, to judge the policy's text
             self._labels = (labels, answers)
             data = {"stamp_ns": self.get_clock().now().nanoseconds, "episode": index, "subtask": labels[0], "memory": labels[1],
@@ -172,10 +175,16 @@ class OxygenSimNode(Node):
                                    f"{sum(o.success for o in self.runner.outcomes)} succeeded")  # fmt: skip
             self.done.set()
 
-    def _report(self, event: EpisodeEvent) -> None:
+    def _report(self, event: EpisodeEvent, waiting: bool = False, restated: bool = False) -> None:
+        """Log and publish an episode's start or end. A start held while waiting for a commander is published again
+        once one is here (its real clock start); the log says the instruction once and then that it starts."""
         if event.kind == "start":
             self._instruction_pub.publish(String(data=event.spec.instruction))
-            self.get_logger().info(f"episode {event.index + 1}: {event.spec.instruction!r} (seed {event.spec.seed})")
+            if restated:
+                self.get_logger().info(f"episode {event.index + 1}: a commander is here, the episode starts")
+            else:
+                wait = f"; waiting for a commander on {self.v['trajectory_topic']}" if waiting else ""
+                self.get_logger().info(f"episode {event.index + 1}: {event.spec.instruction!r} (seed {event.spec.seed}){wait}")
         else:
             outcome = f"success in {event.time_to_success_s:.1f} s" if event.success else "failed (time limit)"
             self.get_logger().info(f"episode {event.index + 1}: {outcome}")
