@@ -21,7 +21,9 @@ Arguments:
 
 Everything set here is reachable without launch: `oxygen_node [--lifecycle [--autostart]] --params-file
 FILE --ros-args -p checkpoint:=DIR -p use_sim_time:=true -r __ns:=/NAMESPACE -p "robots:=[arm1,arm2]"
--p "robot_control_rates_hz:=[5.0,2.5]"`.
+-p "robot_control_rates_hz:=[5.0,2.5]"`. Launch starts the node with `--exit-with-parent`: should launch die without
+stopping it (SIGTERM, a crash), the node stops cleanly. Stop launch itself with SIGINT (docs/ros.md, "Stopping it
+from systemd, a supervisor or a container").
 """
 
 import os
