@@ -48,6 +48,12 @@ def aloha_step(action: np.ndarray) -> dict[str, np.ndarray]:
             "right_arm": action[7:13], "right_gripper": puppet_gripper_joint_unnormalize(action[13:14])}  # fmt: skip
 
 
+def aloha_step_rows(actions: np.ndarray) -> dict[str, np.ndarray]:
+    """aloha_step over the rows of a chunk: each command's rows stacked."""
+    steps = [aloha_step(a) for a in actions]
+    return {key: np.stack([s[key] for s in steps]) for key in steps[0]}
+
+
 # ------------------------------------------------------------------------------------------ DROID
 DROID_MAX_JOINT_DELTA = 0.2  # robot_ik_solver.py relative_max_joint_delta (all 0.2) .max()
 DROID_CONTROL_HZ = 15  # robot_env.py / robot_ik_solver.py control_hz

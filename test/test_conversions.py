@@ -98,3 +98,16 @@ def test_output_and_joint_conversions_of_the_wrong_size_are_refused_at_configure
     assert problems == ["joint_conversions[1]: one conversion per joint, got 2"]
     problems = S.validate_values({**base, "joint_conversions": ["identity", "lerobot_degrees(FILL_IN, FILL_IN, 2048)"]})
     assert problems == ["joint_conversions: a FILL_IN placeholder is left in it; set it (the config's comment says what goes there)"]
+
+
+def test_a_position_output_of_a_state_joint_must_convert_as_the_state_does() -> None:
+    base = {"camera_topics": ["/cam"], "joint_names": ["a", "b"], "output_types": ["joint_trajectory", "float64_array"],
+            "output_names": ["arm", "grip"], "output_topics": ["/arm", "/grip"], "output_dims": ["0", "1"],
+            "output_joints": ["a", "b"], "joint_conversions": ["linear(2, 0)", "identity"]}  # fmt: skip
+    assert S.validate_values({**base, "output_conversions": ["linear(2, 0) clip(-1, 1)", "identity"]}) == []
+    assert S.validate_values({**base, "output_conversions": ["identity", "identity"]}) == [
+        "output_conversions of arm: joint a is converted as 'identity' but joint_conversions reads it as "
+        "'linear(2, 0)' (one joint, one unit)"]
+    # A velocity output of the same joint is another unit: no check.
+    assert S.validate_values({**base, "output_conversions": ["identity", "identity"],
+                              "output_interfaces": ["velocity", "position"]}) == []  # fmt: skip

@@ -201,7 +201,7 @@ def joint_state(names, positions) -> JointState:
 def test_joint_positions_follow_the_requested_order():
     msg = joint_state(["c", "a", "b", "extra"], [3.0, 1.0, 2.0, 9.0])
     out = joint_positions(msg, ["a", "b", "c"])
-    assert out.dtype == np.float32
+    assert out.dtype == np.float64  # the message's precision
     np.testing.assert_array_equal(out, [1.0, 2.0, 3.0])
     assert joint_positions(msg, []).shape == (0,)
 

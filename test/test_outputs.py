@@ -220,9 +220,13 @@ def test_shipped_robot_configs_add_up(tmp_path, robot: str, action_dim: int, con
 
     path = ROBOTS / f"{robot}.yaml"
     values = yaml.safe_load(path.read_text())["/**"]["ros__parameters"]
+    assert S.validate_values(values) and all("FILL_IN placeholder" in p for p in S.validate_values(values))
     for key in ("checkpoint", "tokenizer"):  # FILL_IN paths: any existing path passes validation
         if values.get(key):
             values[key] = str(tmp_path)
+    for key in ("joint_conversions", "output_conversions"):  # FILL_IN calibrations: a plausible SO-101 one
+        values[key] = [t.replace("FILL_IN, FILL_IN", "1000, 3000") for t in values.get(key, [])]
+    assert values["output_conversions"] and (not values.get("joint_names") or values["joint_conversions"])
     values.pop("camera_features", None)  # names of the checkpoint's cameras: read from the checkpoint
     assert S.validate_values(values) == []
     settings, config = S.settings_from_values(values)
@@ -234,7 +238,9 @@ def test_shipped_robot_configs_add_up(tmp_path, robot: str, action_dim: int, con
 
 def test_aloha_checkpoint_reaches_four_controllers_with_openpis_formulas(ros_context, tmp_path) -> None:
     """The real runtime on an openpi ALOHA folder (embodiment aloha): over DDS each of the four controllers gets
-    its dims of openpi's output (Unnormalize, then AlohaOutputs: flip mask and gripper conversion)."""
+    its dims of openpi's output (Unnormalize, then AlohaOutputs: flip mask and gripper conversion; the grippers
+    then in the gripper joint's radians, as real_env.step sends them)."""
+    from robot_references import puppet_gripper_joint_unnormalize
     from test_embodiment import ALOHA_STATE, ref_aloha_actions
 
     from layouts import REF_TINY, openpi_converted, openpi_norm_stats, random_model, stats_arrays
@@ -272,7 +278,8 @@ def test_aloha_checkpoint_reaches_four_controllers_with_openpis_formulas(ros_con
               "output_types": ["joint_trajectory", "float64_array", "joint_trajectory", "float64_array"],
               "output_topics": ["/aloha/left_arm_controller/joint_trajectory", "/aloha/left_gripper_controller/commands",
                                 "/aloha/right_arm_controller/joint_trajectory", "/aloha/right_gripper_controller/commands"],
-              "output_dims": ["0..5", "6", "7..12", "13"], "output_joints": [left, ARMS[6], right, ARMS[13]]}  # fmt: skip
+              "output_dims": ["0..5", "6", "7..12", "13"], "output_joints": [left, ARMS[6], right, ARMS[13]],
+              "output_conversions": ["6x identity", "aloha_gripper_joint", "6x identity", "aloha_gripper_joint"]}  # fmt: skip
     node = OxygenNode("aloha", runtime_loader=load, parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
     topics = {"/aloha/left_arm_controller/joint_trajectory": JointTrajectory,
               "/aloha/right_arm_controller/joint_trajectory": JointTrajectory,
@@ -297,8 +304,8 @@ def test_aloha_checkpoint_reaches_four_controllers_with_openpis_formulas(ros_con
             np.testing.assert_allclose([p.positions for p in msg.points], rows[: len(msg.points), dims], rtol=0, atol=2e-5)
     grippers = {6: got["/aloha/left_gripper_controller/commands"].messages,
                 13: got["/aloha/right_gripper_controller/commands"].messages}
-    for dim, messages in grippers.items():
-        candidates = np.concatenate([rows[:, dim] for rows in expected.values()])
+    for dim, messages in grippers.items():  # real_env.set_gripper_pose: the normalized gripper to the joint's radians
+        candidates = puppet_gripper_joint_unnormalize(np.concatenate([rows[:, dim] for rows in expected.values()]))
         assert all(np.abs(candidates - m.data[0]).min() < 2e-5 for m in messages)
     executor.shutdown()
     node.destroy_node()

@@ -85,6 +85,11 @@ class DimConversion:
     low: float = -math.inf
     high: float = math.inf
 
+    @property
+    def relation(self) -> str:
+        """The conversion without its clip, e.g. 'linear(3.0, 0.0)'."""
+        return re.split(r"\s+clip\s*\(", self.text)[0]
+
     def _clip(self, x: np.ndarray) -> np.ndarray:
         return np.clip(x, self.low, self.high) if (self.low, self.high) != (-math.inf, math.inf) else x
 

@@ -38,13 +38,13 @@ def lerobot_degrees_converter(args: Sequence[float]) -> tuple[Fn, Fn]:
     """(LeRobot degrees → driver radians, driver radians → LeRobot degrees) for ``(range_min, range_max, zero_tick)``."""
     range_min, range_max, zero_tick = args
     _calibration(range_min, range_max)
-    mid, per_degree = (range_min + range_max) / 2, (RESOLUTION - 1) / 360
+    mid, max_res = (range_min + range_max) / 2, RESOLUTION - 1  # the operations in LeRobot's order
 
     def to_robot(degrees: np.ndarray) -> np.ndarray:
-        return tick_to_radians(np.trunc(degrees * per_degree + mid), zero_tick)
+        return tick_to_radians(np.trunc((degrees * max_res / 360) + mid), zero_tick)
 
     def to_model(radians: np.ndarray) -> np.ndarray:
-        return (radians_to_tick(radians, zero_tick) - mid) / per_degree
+        return (radians_to_tick(radians, zero_tick) - mid) * 360 / max_res
 
     return to_robot, to_model
 
@@ -64,11 +64,11 @@ def lerobot_range_converter(low: float) -> Callable[[Sequence[float]], tuple[Fn,
 
         def to_robot(value: np.ndarray) -> np.ndarray:
             bounded = np.clip(flip(value), low, 100.0)
-            return tick_to_radians(np.trunc((bounded - low) / span * (range_max - range_min) + range_min), zero_tick)
+            return tick_to_radians(np.trunc(((bounded - low) / span) * (range_max - range_min) + range_min), zero_tick)
 
         def to_model(radians: np.ndarray) -> np.ndarray:
             tick = np.clip(radians_to_tick(radians, zero_tick), range_min, range_max)
-            return flip((tick - range_min) / (range_max - range_min) * span + low)
+            return flip(((tick - range_min) / (range_max - range_min)) * span + low)
 
         return to_robot, to_model
 

@@ -119,7 +119,7 @@ class InputStore:
 
     def put_joint_state(self, positions: np.ndarray, stamp_ns: int, recv_ns: int) -> None:
         with self._lock:
-            self._state = _Sample(np.asarray(positions, dtype=np.float32), None, stamp_ns, recv_ns)
+            self._state = _Sample(np.asarray(positions, dtype=np.float64), None, stamp_ns, recv_ns)
 
     def reject_joint_state(self, reason: str, stamp_ns: int, recv_ns: int) -> str:
         message = f"joint state: {reason}"

@@ -5,9 +5,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from oxygen_ros.embodiment import PLACEHOLDER
+from oxygen_ros.embodiment import PLACEHOLDER, parse_conversions
 from oxygen_ros.runtime import RuntimeConfig
 from oxygen_ros.runtime.outputs import OutputConfigError, OutputSpec, build_outputs, output_problems
 from oxygen_ros.runtime.cameras import slot_names_of, slot_positions
@@ -150,9 +150,11 @@ def cross_checks(v: Mapping[str, Any]) -> list[str]:
     if v["prompt_format"] == "pi05_state" and not joints:
         problems.append("prompt_format 'pi05_state' puts the joint state in the prompt: set joint_names")
     try:
-        outputs_of(v)
+        problems.extend(_conversion_mismatches(outputs_of(v)[0], joints, list(v["joint_conversions"])))
     except OutputConfigError as exc:
         problems.extend(str(exc).splitlines())
+    except ValueError:
+        pass  # a joint conversion that does not parse: runtime_config(...).validate() reports it
     if v.get("robots"):
         problems.extend(_robots_problems(v))
     rates, robots = list(v.get("robot_control_rates_hz") or []), list(v.get("robots") or [])
@@ -165,6 +167,22 @@ def cross_checks(v: Mapping[str, Any]) -> list[str]:
     if features and len(features) != len(topics):
         problems.append(f"camera_features must be empty or name one feature per camera_topics entry ({len(topics)}), "
                         f"got {len(features)}")
+    return problems
+
+
+def _conversion_mismatches(outputs: Sequence[OutputSpec], joints: list[str], texts: list[str]) -> list[str]:
+    """A joint commanded in position and read as state has one unit: its output and joint conversions must agree."""
+    if not texts or len(texts) != len(joints):
+        return []
+    state = dict(zip(joints, parse_conversions(";".join(map(str, texts)), "joint_conversions").dims))
+    problems = []
+    for spec in outputs:
+        if spec.conversions is None or spec.interface != "position" or spec.type == "twist":
+            continue
+        for joint, conv in zip(spec.joints, spec.conversions.dims):
+            if joint in state and state[joint].relation != conv.relation:
+                problems.append(f"output_conversions of {spec.name}: joint {joint} is converted as {conv.relation!r} but "
+                                f"joint_conversions reads it as {state[joint].relation!r} (one joint, one unit)")
     return problems
 
 
