@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -27,6 +28,10 @@ REPO = Path(__file__).resolve().parents[1]
 LAUNCH = REPO / "launch" / "oxygen.launch.py"
 ARGUMENTS = {"params_file", "checkpoint", "namespace", "use_sim_time", "lifecycle", "autostart", "robots",
              "robot_rates"}
+NEEDS_LAUNCH = pytest.mark.skipif(
+    importlib.util.find_spec("launch_ros") is None,
+    reason="launch_ros cannot be imported (ROS 2 launch is not on PyPI); run on a ROS installation",
+)
 
 
 def _declared_arguments(tree: ast.AST) -> set[str]:
@@ -48,10 +53,7 @@ def test_launch_file_is_python_defining_generate_launch_description():
     assert 'executable="oxygen_node"' in text and 'package=PACKAGE' in text
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("launch_ros") is None,
-    reason="launch_ros cannot be imported (ROS 2 launch is not on PyPI); run on a ROS installation",
-)
+@NEEDS_LAUNCH
 def test_launch_description_builds():  # pragma: no cover - needs a ROS installation
     from launch import LaunchContext
     from launch.actions import DeclareLaunchArgument, OpaqueFunction
@@ -132,15 +134,9 @@ def _ament_prefix(tmp_path: Path) -> str | None:
     return str(prefix)
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("launch_ros") is None,
-    reason="launch_ros cannot be imported (ROS 2 launch is not on PyPI); run on a ROS installation",
-)
-def test_two_arms_launch_ends_after_its_arms(tmp_path, monkeypatch, capfd) -> None:  # pragma: no cover - needs launch
-    """The demo launch, run by launch itself: two simulated arms, one episode each, one oxygen_node; it returns by
-    itself once both arms are done, saying so, and every process it started is gone."""
-    import threading
-
+def _launch_service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, launch_file: str, arguments: dict[str, str]) -> Any:
+    """A LaunchService running one of the package's launch files, this checkout found as the package."""
+    import launch.logging
     from launch import LaunchDescription, LaunchService
     from launch.actions import IncludeLaunchDescription
     from launch.launch_description_sources import PythonLaunchDescriptionSource
@@ -149,10 +145,20 @@ def test_two_arms_launch_ends_after_its_arms(tmp_path, monkeypatch, capfd) -> No
     if prefix is not None:
         monkeypatch.setenv("AMENT_PREFIX_PATH", os.pathsep.join(p for p in (prefix, os.environ.get("AMENT_PREFIX_PATH")) if p))
     monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # the network rule, for every process it starts
+    launch.logging.reset()  # its screen handler writes to this test's captured stdout, not an earlier test's
     service = LaunchService()
     service.include_launch_description(LaunchDescription([IncludeLaunchDescription(
-        PythonLaunchDescriptionSource(str(REPO / "launch" / "two_arms_sim.launch.py")),
-        launch_arguments={"episodes": "1"}.items())]))
+        PythonLaunchDescriptionSource(str(REPO / "launch" / launch_file)), launch_arguments=arguments.items())]))
+    return service
+
+
+@NEEDS_LAUNCH
+def test_two_arms_launch_ends_after_its_arms(tmp_path, monkeypatch, capfd) -> None:  # pragma: no cover - needs launch
+    """The demo launch, run by launch itself: two simulated arms, one episode each, one oxygen_node; it returns by
+    itself once both arms are done, saying so, and every process it started is gone."""
+    import threading
+
+    service = _launch_service(tmp_path, monkeypatch, "two_arms_sim.launch.py", {"episodes": "1"})
     limit_s = 240.0
     watchdog = threading.Timer(limit_s, service.shutdown)  # a launch that never ends is stopped, and fails below
     watchdog.start()
@@ -205,6 +211,63 @@ def test_a_blank_list_entry_is_refused_not_dropped(text: str, where: str) -> Non
         robot_names(text)
     with pytest.raises(LaunchArgumentError, match=f"robot_rates has an empty entry \\({where}\\)"):
         robot_rates(text.replace("arm1", "5").replace("arm2", "2.5"))
+
+
+@NEEDS_LAUNCH
+def test_robot_launch_serves_each_robot_and_keeps_running_when_one_loses_its_inputs(tmp_path, monkeypatch, capfd) -> None:  # pragma: no cover - needs launch
+    """oxygen.launch.py with robots:=arm1,arm2, run by launch: one ~/ask per robot and none at the root; a simulated
+    arm1 that finishes its episode leaves the launch running, with one line that arm1 lost its inputs."""
+    import threading
+
+    import rclpy
+    from rcl_interfaces.msg import Log
+    from rclpy.action import get_action_names_and_types
+
+    from ros_helpers import Collector, NodeProcess, make_test_node, spin_for, spin_until, write_params
+
+    service = _launch_service(tmp_path, monkeypatch, "oxygen.launch.py",
+                              {"params_file": str(REPO / "config" / "demo_policy.yaml"), "robots": "arm1,arm2"})
+    found: dict[str, Any] = {}
+
+    def probe() -> None:  # what a user sees with `ros2 action list` and on /rosout while launch runs
+        rclpy.init()
+        node, executor = make_test_node("launch_probe")
+        rosout = Collector(node, Log, "/rosout", 1000)
+        sim_params = write_params(tmp_path / "arm1.yaml", {"episodes": 1, "seed": 40, "wait_for_commander_s": 60.0})
+        try:
+            def asks() -> set[str]:
+                return {n for n, _ in get_action_names_and_types(node) if n.endswith("/ask")}
+
+            spin_until(executor, lambda: {"/arm1/oxygen_node/ask", "/arm2/oxygen_node/ask"} <= asks(), 90)
+            spin_for(executor, 0.5)
+            found["asks"] = asks()
+            with NodeProcess([REPO / "config" / "demo_sim.yaml", sim_params], ros_args=["-r", "__ns:=/arm1"],
+                             module="oxygen_ros.ros.sim_main") as sim:  # fmt: skip
+                found["sim"] = spin_until(executor, lambda: not sim.running, 90) and sim.wait(1)
+            lost = lambda: [m.msg for m in rosout.messages if "inputs lost" in m.msg]  # noqa: E731
+            spin_until(executor, lambda: bool(lost()), 10)
+            spin_for(executor, 3.0)  # a warning per tick would show here
+            found["lost"] = lost()
+        finally:
+            executor.shutdown()
+            node.destroy_node()
+            rclpy.shutdown()
+            service.shutdown()  # as Ctrl-C would
+
+    prober = threading.Thread(target=probe)
+    watchdog = threading.Timer(240.0, service.shutdown)
+    prober.start()
+    watchdog.start()
+    try:
+        code = service.run()
+    finally:
+        watchdog.cancel()
+        prober.join(60)
+    out = "".join(capfd.readouterr())
+    assert found["asks"] == {"/arm1/oxygen_node/ask", "/arm2/oxygen_node/ask"}, found
+    assert found["sim"] == 0, out[-4000:]
+    assert len(found["lost"]) == 1 and found["lost"][0].startswith("robot arm1: inputs lost"), found["lost"]
+    assert code == 0 and "Traceback" not in out and "stopped (" in out, out[-4000:]
 
 
 # ---------------------------------------------------------------------------------------- configs
