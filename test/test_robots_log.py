@@ -97,6 +97,7 @@ def test_each_robot_has_its_own_warnings_and_one_line_when_its_inputs_are_lost(r
         assert spin_until(executor, back, timeout=10, every=(0.05, both))
         assert spin_until(executor, lambda: len(chunks["arm2"]) > arm2_before, timeout=10, every=(0.05, both))
     finally:
+        node.finish(timeout_s=0.2)  # the model thread stops before the node goes
         executor.shutdown()
         node.destroy_node()
         driver.destroy_node()
