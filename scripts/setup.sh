@@ -37,6 +37,17 @@ if ! command -v g++ >/dev/null || ! "$venv/bin/python" -c \
     echo "[setup] note: no g++ or Python headers: the action chunk will run eager (apt install g++ python3-dev)"
   fi
 fi
+# MuJoCo renders headless through EGL (MUJOCO_GL=egl) on Mesa's CPU renderer: the ALOHA simulator's cameras.
+if ! ldconfig -p 2>/dev/null | grep -q "libEGL.so.1" || ! ls /usr/lib/*/dri/swrast_dri.so >/dev/null 2>&1; then
+  if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null; then
+    echo "[setup] installing EGL and Mesa's software renderer for MuJoCo (libegl1 libegl-mesa0 libgl1-mesa-dri)"
+    apt-get install -y -qq libegl1 libegl-mesa0 libgl1-mesa-dri >/dev/null 2>&1 \
+      || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq libegl1 libegl-mesa0 libgl1-mesa-dri >/dev/null 2>&1; } \
+      || echo "[setup] could not install the EGL libraries: the ALOHA simulator cannot render (its tests are skipped)"
+  else
+    echo "[setup] note: no EGL / Mesa libraries: the ALOHA simulator cannot render (apt install libegl1 libegl-mesa0 libgl1-mesa-dri)"
+  fi
+fi
 echo "[setup] installing ROS 2 Kilted wheels"
 "$venv/bin/python" -m pip install -q -r requirements-ros.txt
 echo "[setup] building the oxygen_ros_msgs interface package into the venv"

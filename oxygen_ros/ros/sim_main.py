@@ -3,6 +3,7 @@
     oxygen_sim_node --params-file config/demo_sim.yaml
     oxygen_sim_node --ros-args -p episodes:=5 -p seed:=100 -r __ns:=/arm
     oxygen_sim_node --exit-with-parent ...     # stops when its launcher dies (as oxygen_node, see main.py)
+    oxygen_sim_node --params-file config/aloha_sim.yaml            # backend: aloha, the MuJoCo ALOHA
 
 Exit codes: 0 after the last episode (with exit_when_done) or SIGINT/SIGTERM, 1 for invalid parameters,
 2 for a bad command line.
@@ -33,11 +34,9 @@ def _run(options: Options) -> int:
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
-    from .sim_node import OxygenSimNode
-
     try:
         rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-        node = OxygenSimNode()
+        node = _make_node(_backend())
     except KeyboardInterrupt:  # stopped while starting: nothing to clean up yet
         rclpy.try_shutdown()
         return 0
@@ -52,17 +51,47 @@ def _run(options: Options) -> int:
         node.get_logger().warning("--exit-with-parent: not supported here (Linux only); stop the node with SIGINT")
     executor = SingleThreadedExecutor()
     executor.add_node(node)
+    if hasattr(node, "start"):  # the ALOHA backend runs its lockstep loop in a thread of its own
+        node.start()
     try:
         while not stop.is_set() and rclpy.ok():
             executor.spin_once(timeout_sec=0.05)
             if node.done.is_set() and node.v["exit_when_done"]:
                 break
     finally:
+        if hasattr(node, "shutdown"):
+            node.shutdown()
         node.flush()
         executor.shutdown(timeout_sec=5.0)
         node.destroy_node()
         rclpy.try_shutdown()
     return 0
+
+
+def _backend() -> str:
+    """The ``backend`` parameter as given (params file or -p), read before the node of that backend exists."""
+    from rclpy.node import Node
+
+    probe = Node("oxygen_sim_node", allow_undeclared_parameters=True, automatically_declare_parameters_from_overrides=True)
+    try:
+        value = probe.get_parameter("backend").value if probe.has_parameter("backend") else "tabletop"
+    finally:
+        probe.destroy_node()
+    return str(value)
+
+
+def _make_node(backend: str):  # noqa: ANN202
+    from oxygen_ros.interface.param_spec import ConfigError
+
+    from .sim_node import BACKENDS, OxygenSimNode
+
+    if backend == "aloha":
+        from .aloha_sim_node import AlohaSimNode  # imports MuJoCo: only when asked for
+
+        return AlohaSimNode()
+    if backend != "tabletop":
+        raise ConfigError(f"bad parameter: backend must be one of {list(BACKENDS)}, got {backend!r}")
+    return OxygenSimNode()
 
 
 if __name__ == "__main__":

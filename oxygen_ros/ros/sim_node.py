@@ -43,8 +43,11 @@ RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 EPISODE_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
+BACKENDS = ("tabletop", "aloha")  # oxygen_sim_node's robots: this table-top arm, the MuJoCo ALOHA (aloha_sim_node)
+
 # fmt: off
 SIM_PARAMS = (
+    ParamSpec("backend", "str", "tabletop", "The simulated robot: tabletop (this arm) or aloha (MuJoCo).", choices=BACKENDS),
     ParamSpec("episodes", "int", 3, "Episodes to run, one after another.", low=1, high=1_000_000),
     ParamSpec("seed", "int", 0, "Scene seed of the first episode (held-out seeds: [0, 1000000)).", low=0, high=999_999),
     ParamSpec("instructions", "str[]", [], "Instruction of each episode (cycled; '' = the one drawn from its seed)."),

@@ -8,6 +8,8 @@
     oxygen-sim eval --brightness 1.0 1.2 --contrast 0.8 --distractor same_colour --template-file my_templates.txt
     oxygen-sim chunking --episodes 20 --out docs/rtc                 # naive / aligned / aligned+RTC at 0-300 ms
     oxygen-sim expert --episodes 50 --seed 0                     # the scripted expert's own success rate
+    oxygen-sim expert --env aloha_transfer_cube --episodes 50 --seed 0 [--through-outputs config/robots/aloha.yaml]
+    oxygen-sim eval --env aloha_transfer_cube --params-file my_aloha.yaml --episodes 20 --gif out/aloha/episode.gif
 
 The last line printed is one JSON object (success_rate, mean_time_to_success_s, narration_accuracy,
 memory_accuracy, answer_accuracy, success_by_family, chunks, episodes, ...). Held-out evaluation seeds are in [0, 1_000_000); training uses
@@ -264,6 +266,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "not bit for bit: a closed loop may then end an episode differently)")
     ev.add_argument("--json-out", help="write the summary and every episode's details here")
     ev.add_argument("--quiet", action="store_true")
+    _add_aloha_args(ev, "the table-top simulator's arg flags above do not apply; the node runs over DDS in lockstep")
+    ev.add_argument("--gif", help="--env aloha_*: write cam_high of the first episode here (every 5th step)")
+    ev.add_argument("--image-width", type=int, default=640, help="--env aloha_*: camera image width")
+    ev.add_argument("--image-height", type=int, default=480, help="--env aloha_*: camera image height")
+    ev.add_argument("--fast-render", action="store_true", help="--env aloha_*: no shadows, no anti-aliasing (10x cheaper)")
     ch = sub.add_parser("chunking", help="naive vs time-aligned vs time-aligned + RTC at several latencies")
     ch.add_argument("--episodes", type=int, default=20)
     ch.add_argument("--seed", type=int, default=0)
@@ -284,7 +291,20 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--episodes", type=int, default=50)
     ex.add_argument("--seed", type=int, default=0)
     ex.add_argument("--quiet", action="store_true")
+    _add_aloha_args(ex, "the scripted expert replays ACT's transfer-cube waypoints")
+    ex.add_argument("--through-outputs", metavar="PARAMS_FILE",
+                    help="--env aloha_*: the expert's actions as model outputs through this robot config's conversions "
+                    "and controllers over DDS into the MuJoCo arm")
+    ex.add_argument("--image-size", type=int, default=64, help="--through-outputs: camera images (the expert ignores them)")
     return parser
+
+
+def _add_aloha_args(parser: argparse.ArgumentParser, note: str) -> None:
+    from .aloha.cli import ENVS
+
+    parser.add_argument("--env", choices=["tabletop", *ENVS], default="tabletop",
+                        help=f"the simulator: the table-top arm (default) or the MuJoCo ALOHA (gym-aloha scenes; {note})")
+    parser.add_argument("--timeout", type=float, default=7200.0, help="--env aloha_*: wall-time limit of the run in seconds")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -302,6 +322,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "eval" and args.questions < 0:
         print("oxygen-sim: --questions must be >= 0", file=sys.stderr)
         return 2
+    if args.command in ("eval", "expert") and args.env != "tabletop":
+        from .aloha import cli as aloha_cli
+
+        return aloha_cli.evaluate(args) if args.command == "eval" else aloha_cli.expert(args)
     if args.command == "eval":
         return _eval(args)
     if args.command == "chunking":

@@ -1,0 +1,155 @@
+"""The MuJoCo ALOHA behind ROS, over real DDS on loopback: ``oxygen_sim_node`` (backend aloha) at the real
+robot's topics and units in lockstep with its policy; the scripted expert through ``config/robots/aloha.yaml``'s
+output path into the arm, and the same with a conversion broken on purpose; ``oxygen_node`` with an
+ALOHA-shaped small π0.5 closing the loop without a late chunk in sim time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+pytest.importorskip("gym_aloha")
+
+import rclpy  # noqa: E402
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data  # noqa: E402
+from rosgraph_msgs.msg import Clock  # noqa: E402
+from sensor_msgs.msg import Image, JointState  # noqa: E402
+from std_msgs.msg import Float64MultiArray, String  # noqa: E402
+from trajectory_msgs.msg import JointTrajectory  # noqa: E402
+
+from oxygen_ros.interface.convert import stamp_to_ns  # noqa: E402
+from oxygen_ros.interface.outputs import to_trajectory_msg  # noqa: E402
+from oxygen_ros.ros.aloha_loop import node_values, run_loop, through_outputs  # noqa: E402
+from oxygen_ros.runtime.trajectory import TimedTrajectory  # noqa: E402
+from oxygen_ros.sim.aloha import units  # noqa: E402
+from oxygen_ros.sim.aloha.checkpoint import write_small_checkpoint  # noqa: E402
+
+from ros_helpers import Collector, NodeProcess, make_test_node, spin_for, spin_until, wait_for_match  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+ALOHA_YAML = REPO / "config" / "robots" / "aloha.yaml"
+RELIABLE = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+# The expert transfers the cube at step 220; 240 steps bound the runs that fail.
+STEPS = 240
+
+
+@pytest.fixture
+def ros_context():
+    rclpy.init()
+    yield
+    rclpy.shutdown()
+
+
+def test_sim_node_waits_for_its_policy_and_speaks_the_drivers_units(ros_context) -> None:
+    """The simulator process (backend aloha) with the test as its policy: the clock does not move while no
+    trajectory answers the observation; the arms follow JointTrajectory commands, a gripper command in rad puts
+    the finger where ALOHA's PUPPET_JOINT2POS does, and the joint states report the driver's units."""
+    node, executor = make_test_node("aloha_policy_stand_in")
+    left_arm = node.create_publisher(JointTrajectory, "/left_arm_controller/joint_trajectory", RELIABLE)
+    right_arm = node.create_publisher(JointTrajectory, "/right_arm_controller/joint_trajectory", RELIABLE)
+    grippers = [node.create_publisher(Float64MultiArray, f"/{a}_gripper_controller/commands", RELIABLE) for a in ("left", "right")]
+    clock = Collector(node, Clock, "/clock", RELIABLE)
+    joints = Collector(node, JointState, "/joint_states", qos_profile_sensor_data)
+    cams = [Collector(node, Image, f"/cam_{c}/image_raw", qos_profile_sensor_data) for c in ("high", "left_wrist", "right_wrist")]
+    cam = cams[1]
+    episodes = Collector(node, String, "/oxygen_sim_node/episode", QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
+                                                                            durability=rclpy.qos.DurabilityPolicy.TRANSIENT_LOCAL))
+    sim = NodeProcess([REPO / "config" / "aloha_sim.yaml"], module="oxygen_ros.ros.sim_main", ros_args=[
+        "-p", "image_width:=64", "-p", "image_height:=48", "-p", "fast_render:=true", "-p", "episodes:=1",
+        "-p", "episode_steps:=30", "-p", "query_every_steps:=10"]).start()  # fmt: skip
+    try:
+        assert wait_for_match(executor, [left_arm, right_arm, *grippers, clock.subscription, joints.subscription,
+                                         *(c.subscription for c in cams)], timeout=60), sim.output()  # fmt: skip
+        assert spin_until(executor, lambda: len(clock) >= 1 and len(cam) >= 1, timeout=60), sim.output()
+        t0 = stamp_to_ns(clock.messages[0].clock)
+        assert t0 == 200_000_000 and stamp_to_ns(cam.messages[0].header.stamp) == t0  # the first query, on its grid
+        image = cam.messages[0]
+        assert (image.width, image.height, image.encoding) == (64, 48, "rgb8")
+        spin_for(executor, 1.0)  # no answer yet: sim time stands still
+        assert len(clock) == 1
+        target = np.array([0.25, -0.7, 1.0, 0.0, -0.2, 0.1])
+        names = [f"left_{j}" for j in units.ARM_JOINTS]
+        for query in range(3):
+            now = stamp_to_ns(clock.messages[-1].clock)
+            times = np.arange(1, 11) * units.DT
+            path = np.array(units.START_ARM) + (target - np.array(units.START_ARM)) * np.minimum(1, (query * 0.2 + times) / 0.4)[:, None]
+            left_arm.publish(to_trajectory_msg(TimedTrajectory(names, times, path, start_time_ns=now)))
+            right_arm.publish(to_trajectory_msg(TimedTrajectory([f"right_{j}" for j in units.ARM_JOINTS], times,
+                                                                np.tile(units.START_ARM, (10, 1)), start_time_ns=now)))  # fmt: skip
+            for step in range(10):  # one gripper command a step while the trajectory runs, as a streamed output
+                seen = len(clock)
+                grippers[0].publish(Float64MultiArray(data=[units.GRIPPER_JOINT_OPEN_RAD]))
+                grippers[1].publish(Float64MultiArray(data=[0.3]))
+                if query == 2 and step == 9:
+                    break
+                assert spin_until(executor, lambda: len(clock) > seen, timeout=30), sim.output()
+        assert spin_until(executor, lambda: any('"end"' in m.data for m in episodes.messages), timeout=30), sim.output()
+        stamps = [stamp_to_ns(m.clock) for m in clock.messages]
+        assert np.all(np.diff(stamps) == 20_000_000) and len(stamps) == 30
+        assert [len(c) for c in cams] == [3, 3, 3]  # rendered only at the three queries
+        assert not np.array_equal(cams[0].messages[0].data, cams[1].messages[0].data)
+        last = joints.messages[-1]
+        q = dict(zip(last.name, last.position))
+        assert len(last.name) == 18 and last.name[6:9] == ["left_gripper", "left_left_finger", "left_right_finger"]
+        np.testing.assert_allclose([q[n] for n in names], target, atol=0.06)
+        assert q["left_left_finger"] == pytest.approx(0.057, abs=0.002)  # open: the finger's range end
+        assert q["right_left_finger"] == pytest.approx(float(units.gripper_joint_to_finger(0.3)), abs=0.002)
+        assert q["right_gripper"] == pytest.approx(float(units.finger_to_gripper_joint(q["right_left_finger"])), abs=1e-9)
+        assert q["left_right_finger"] == pytest.approx(-q["left_left_finger"])
+    finally:
+        assert sim.stop() == 0, sim.output()
+        executor.shutdown()
+        node.destroy_node()
+
+
+def _config(tmp_path: Path, change: dict) -> Path:
+    data = yaml.safe_load(ALOHA_YAML.read_text())
+    data["/**"]["ros__parameters"].update(change)
+    path = tmp_path / "config" / "robots" / "aloha_changed.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+# Each breaks one thing the robot sees: the sign of two joints per arm (openpi's flip mask not undone), or the
+# right gripper, which picks the cube up (its closing command opens it). The left gripper's closing cannot
+# break it: gym-aloha's reward 4 comes when the left fingers touch the lifted cube, before they close.
+BROKEN = {
+    "joint_signs": {"adapt_to_pi": False},
+    "gripper": {"output_binarize": ["", "", "", f"0.5,{units.GRIPPER_JOINT_OPEN_RAD},{units.GRIPPER_JOINT_CLOSED_RAD}"]},
+}
+
+
+@pytest.mark.parametrize("broken", [None, *BROKEN])
+def test_expert_through_aloha_yaml_transfers_the_cube_and_a_broken_conversion_does_not(tmp_path, broken: str | None) -> None:
+    """The expert's actions as model outputs (openpi ALOHA space) through the node's adapter, the config's
+    conversions and controllers over DDS into the MuJoCo arms: the cube is transferred; with a joint sign or
+    the gripper broken in the config it is not."""
+    params = ALOHA_YAML if broken is None else _config(tmp_path, BROKEN[broken])
+    result, expert = through_outputs(params, [3], tmp_path / "work", image_size=(32, 32), fast_render=True,
+                                     episode_steps=STEPS, timeout_s=600)  # fmt: skip
+    (episode,) = result.episodes
+    assert result.sim_stats["timeouts"] == 0 and expert.stale_frames == 0
+    assert expert.chunks == result.sim_stats["answers"] == result.sim_stats["queries"] > 0
+    if broken is None:
+        assert episode["success"] and episode["success_step"] < STEPS, episode
+    else:
+        assert not episode["success"], (broken, episode)
+
+
+def test_oxygen_node_with_aloha_yaml_and_a_small_pi05_closes_the_loop(tmp_path) -> None:
+    """The real runtime on an ALOHA-shaped random-weight checkpoint (three cameras, 14 of 32 dims, openpi layout)
+    with aloha.yaml's wiring: every observation answered in lockstep, no chunk late in sim time."""
+    checkpoint, tokenizer = write_small_checkpoint(tmp_path)
+    values = node_values(ALOHA_YAML, {"checkpoint": str(checkpoint), "tokenizer": str(tokenizer), "device": "cpu",
+                                      "dtype": "float32", "num_threads": 1, "diagnostics_period_s": 0.2})  # fmt: skip
+    result = run_loop(values, [0], image_size=(48, 64), fast_render=True, episode_steps=40, timeout_s=600)
+    s, d = result.sim_stats, result.diagnostics
+    assert result.episodes[0]["steps"] == 40 and s["queries"] == 40 // result.query_every_steps
+    assert s["answers"] == s["queries"] and s["timeouts"] == 0 and s["rejected"] == 0
+    assert float(d["chunk_latency_s max"]) == 0.0  # observation to chunk in sim time: lockstep
+    assert int(d["chunks_published"]) >= s["queries"] - 10  # the last report: up to 0.2 s of sim time before the end
+    assert float(d["input_age_s /cam_high/image_raw max"]) == 0.0
