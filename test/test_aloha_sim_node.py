@@ -114,12 +114,16 @@ def _config(tmp_path: Path, change: dict) -> Path:
     return path
 
 
-# Each breaks one thing the robot sees: the sign of two joints per arm (openpi's flip mask not undone), or the
-# right gripper, which picks the cube up (its closing command opens it). The left gripper's closing cannot
-# break it: gym-aloha's reward 4 comes when the left fingers touch the lifted cube, before they close.
+# Each breaks one thing of the config the way a wrong URDF axis or a swapped gripper calibration would: the
+# sign of the right shoulder (state and command: the right arm picks the cube up), or the right gripper's
+# command with open and closed swapped. The left gripper's closing could not break it: gym-aloha's reward 4
+# comes when the left fingers touch the lifted cube, before they close.
+SWAPPED = f"linear({units.GRIPPER_JOINT_CLOSED_RAD - units.GRIPPER_JOINT_OPEN_RAD:.4f}, {units.GRIPPER_JOINT_OPEN_RAD})"
 BROKEN = {
-    "joint_signs": {"adapt_to_pi": False},
-    "gripper": {"output_binarize": ["", "", "", f"0.5,{units.GRIPPER_JOINT_OPEN_RAD},{units.GRIPPER_JOINT_CLOSED_RAD}"]},
+    "joint_sign": {"joint_conversions": ["identity"] * 8 + ["linear(-1.0, 0.0)"] + ["identity"] * 4 + ["aloha_gripper_position"],
+                   "output_conversions": ["6x identity", "aloha_gripper_joint", "identity; linear(-1.0, 0.0); 4x identity",
+                                          "aloha_gripper_joint"]},
+    "gripper": {"output_conversions": ["6x identity", "aloha_gripper_joint", "6x identity", SWAPPED]},
 }
 
 
@@ -146,10 +150,11 @@ def test_oxygen_node_with_aloha_yaml_and_a_small_pi05_closes_the_loop(tmp_path) 
     checkpoint, tokenizer = write_small_checkpoint(tmp_path)
     values = node_values(ALOHA_YAML, {"checkpoint": str(checkpoint), "tokenizer": str(tokenizer), "device": "cpu",
                                       "dtype": "float32", "num_threads": 1, "diagnostics_period_s": 0.2})  # fmt: skip
-    result = run_loop(values, [0], image_size=(48, 64), fast_render=True, episode_steps=40, timeout_s=600)
+    result = run_loop(values, [0], image_size=(48, 64), fast_render=True, episode_steps=100, timeout_s=600)
     s, d = result.sim_stats, result.diagnostics
-    assert result.episodes[0]["steps"] == 40 and s["queries"] == 40 // result.query_every_steps
+    assert result.query_every_steps == 25  # aloha.yaml: 25 actions of each chunk at 50 Hz, as openpi's aloha_real
+    assert result.episodes[0]["steps"] == 100 and s["queries"] == 4
     assert s["answers"] == s["queries"] and s["timeouts"] == 0 and s["rejected"] == 0
     assert float(d["chunk_latency_s max"]) == 0.0  # observation to chunk in sim time: lockstep
-    assert int(d["chunks_published"]) >= s["queries"] - 10  # the last report: up to 0.2 s of sim time before the end
+    assert int(d["chunks_published"]) >= s["queries"] - 1  # the last report: up to 0.2 s of sim time before the end
     assert float(d["input_age_s /cam_high/image_raw max"]) == 0.0

@@ -21,7 +21,7 @@ from oxygen_ros.model.normalize import Normalizer
 def encode_actions_inv(actions: np.ndarray) -> np.ndarray:
     """Dataset-space actions [..., 14] → π's space (``_encode_actions_inv`` with adapt_to_pi)."""
     out = aloha.FLIP * np.asarray(actions, dtype=np.float64)[..., : aloha.DIM]
-    lo, hi = aloha.JOINT_OPEN_CLOSED  # the gripper joint's closed and open radians
+    lo, hi = aloha.JOINT_CLOSED_OPEN
     out[..., aloha.GRIPPERS] = out[..., aloha.GRIPPERS] * (hi - lo) + lo - aloha.PI_ANGLE_RANGE[0]
     return out
 

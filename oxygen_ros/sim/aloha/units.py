@@ -7,12 +7,14 @@ radians. ALOHA's datasets and openpi's ``real_env`` use a normalized gripper (0 
 ``PUPPET_GRIPPER_POSITION_NORMALIZE_FN(finger)``, a command g becomes ``PUPPET_GRIPPER_JOINT_UNNORMALIZE_FN(g)``
 radians. The simulated gripper turns a joint command into a finger target through the normalized value
 (ACT's ``PUPPET_JOINT2POS``), which is what gym-aloha does with a normalized action.
-Constants: ACT / openpi ``examples/aloha_real/constants.py``, gym-aloha ``constants.py``.
+Constants: ACT / openpi ``examples/aloha_real/constants.py`` (held by ``oxygen_ros.embodiment.aloha``).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from oxygen_ros.embodiment import aloha
 
 DT = 0.02  # s, one control step (ALOHA's 50 Hz)
 ARM_JOINTS = ("waist", "shoulder", "elbow", "forearm_roll", "wrist_angle", "wrist_rotate")
@@ -21,30 +23,30 @@ ARMS = ("left", "right")  # the order of the 14-dim vectors: left arm + gripper,
 START_ARM = (0.0, -0.96, 1.16, 0.0, -0.3, 0.0)
 START_FINGER_M = 0.02239
 
-FINGER_CLOSED_M, FINGER_OPEN_M = 0.01844, 0.05800  # PUPPET_GRIPPER_POSITION_CLOSE / _OPEN
-GRIPPER_JOINT_CLOSED_RAD, GRIPPER_JOINT_OPEN_RAD = -0.6213, 1.4910  # PUPPET_GRIPPER_JOINT_CLOSE / _OPEN
+FINGER_CLOSED_M, FINGER_OPEN_M = aloha.POSITION_CLOSED_OPEN  # PUPPET_GRIPPER_POSITION_CLOSE / _OPEN
+GRIPPER_JOINT_CLOSED_RAD, GRIPPER_JOINT_OPEN_RAD = aloha.JOINT_CLOSED_OPEN  # PUPPET_GRIPPER_JOINT_CLOSE / _OPEN
+_TO_FINGER, _FROM_FINGER = aloha.gripper_position_converter()
+_TO_JOINT, _FROM_JOINT = aloha.gripper_joint_converter()
 
 
 def finger_to_normalized(finger_m: np.ndarray | float) -> np.ndarray:
     """PUPPET_GRIPPER_POSITION_NORMALIZE_FN: the finger's position → 0 closed … 1 open (the dataset's state)."""
-    return (np.asarray(finger_m, dtype=np.float64) - FINGER_CLOSED_M) / (FINGER_OPEN_M - FINGER_CLOSED_M)
+    return np.asarray(_FROM_FINGER(np.asarray(finger_m, dtype=np.float64)))
 
 
 def normalized_to_finger(value: np.ndarray | float) -> np.ndarray:
     """PUPPET_GRIPPER_POSITION_UNNORMALIZE_FN: 0 … 1 → the finger's position in metres."""
-    return np.asarray(value, dtype=np.float64) * (FINGER_OPEN_M - FINGER_CLOSED_M) + FINGER_CLOSED_M
+    return np.asarray(_TO_FINGER(np.asarray(value, dtype=np.float64)))
 
 
 def normalized_to_gripper_joint(value: np.ndarray | float) -> np.ndarray:
     """PUPPET_GRIPPER_JOINT_UNNORMALIZE_FN: 0 … 1 → the gripper joint's radians (what the driver takes)."""
-    span = GRIPPER_JOINT_OPEN_RAD - GRIPPER_JOINT_CLOSED_RAD
-    return np.asarray(value, dtype=np.float64) * span + GRIPPER_JOINT_CLOSED_RAD
+    return np.asarray(_TO_JOINT(np.asarray(value, dtype=np.float64)))
 
 
 def gripper_joint_to_normalized(joint_rad: np.ndarray | float) -> np.ndarray:
     """PUPPET_GRIPPER_JOINT_NORMALIZE_FN: the gripper joint's radians → 0 … 1."""
-    span = GRIPPER_JOINT_OPEN_RAD - GRIPPER_JOINT_CLOSED_RAD
-    return (np.asarray(joint_rad, dtype=np.float64) - GRIPPER_JOINT_CLOSED_RAD) / span
+    return np.asarray(_FROM_JOINT(np.asarray(joint_rad, dtype=np.float64)))
 
 
 def gripper_joint_to_finger(joint_rad: np.ndarray | float) -> np.ndarray:
