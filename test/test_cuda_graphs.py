@@ -8,7 +8,7 @@ import torch
 
 from engine_fixtures import decode_alone, make_frame, tiny_model
 from oxygen_ros.engine import Engine, TextTask, make_runner
-from oxygen_ros.model.cuda_graphs import GraphedActionSampler, bucket
+from oxygen_ros.model.cuda_graphs import GraphedActionSampler, bucket, record_action_graph
 
 LANGUAGE = TextTask("language", continuation=(11, 12, 13), every_n_frames=1, max_tokens=6)
 MEMORY = TextTask("memory", continuation=(21, 22), every_n_frames=2, max_tokens=9)
@@ -22,6 +22,36 @@ def test_padded_static_chunk_equals_the_plain_sampler(device: str) -> None:
     assert graphed.capture == (device == "cuda")
     b = model.config.backbone
     for t, seed in ((50, 0), (137, 1), (model.config.max_prefix_tokens, 2)):
+        g = torch.Generator().manual_seed(seed)
+        k = torch.randn(b.depth, t, b.num_kv_heads, b.head_dim, generator=g).to(device)
+        v = torch.randn(k.shape, generator=g).to(device)
+        noise = torch.randn(model.config.action_horizon, model.config.action_dim, generator=g)
+        torch.testing.assert_close(graphed(k, v, noise), model.sample_actions(k, v, noise), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_batch_of_prefixes_replays_the_recorded_chunk_for_each(device: str) -> None:
+    model = tiny_model(seed=12).to(device)
+    graphed = GraphedActionSampler(model)
+    b, g = model.config.backbone, torch.Generator().manual_seed(5)
+    ks = [torch.randn(b.depth, t, b.num_kv_heads, b.head_dim, generator=g).to(device) for t in (30, 77, 52)]
+    vs = [torch.randn(k.shape, generator=g).to(device) for k in ks]
+    noise = torch.randn(3, model.config.action_horizon, model.config.action_dim, generator=g)
+    got = graphed.sample_batch(ks, vs, noise)
+    torch.testing.assert_close(got, model.sample_actions_batch(ks, vs, noise), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="2 prefixes for 3 noise rows"):
+        graphed.sample_batch(ks[:2], vs[:2], noise)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_chunk_recorded_around_the_compiled_network_equals_the_plain_sampler(device: str) -> None:
+    """The CUDA-graph chunk steps through the compiled network (inductor's kernels inside the recorded graph)
+    and still gives the eager chunk, for several prefix lengths from one recording."""
+    model = tiny_model(seed=11).to(device)
+    graphed = record_action_graph(model)
+    assert graphed.fused and graphed.compile_s and graphed.capture == (device == "cuda")
+    b = model.config.backbone
+    for t, seed in ((40, 3), (model.config.max_prefix_tokens - 3, 4)):
         g = torch.Generator().manual_seed(seed)
         k = torch.randn(b.depth, t, b.num_kv_heads, b.head_dim, generator=g).to(device)
         v = torch.randn(k.shape, generator=g).to(device)

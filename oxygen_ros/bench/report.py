@@ -61,7 +61,8 @@ def format_before(before: list[dict], records: list[dict], what: str = "eager ac
 
 def fused_line(part: str, fused_s: float, eager_s: float, path: str, compile_s: float | None) -> str:
     """'<part>: fused … ms vs eager … ms = …% of eager, compiled at start-up in … s'."""
-    how = {"compiled": "fused (torch.compile)", "cuda_graph": "CUDA graph"}.get(path, "eager")
+    how = {"compiled": "fused (torch.compile)", "cuda_graph": "CUDA graph",
+           "cuda_graph_compiled": "CUDA graph of the compiled network"}.get(path, "eager")
     compiled = f", compiled at start-up in {compile_s:.1f} s" if compile_s else ""
     return f"{part}: {how} {fused_s * 1e3:.1f} ms vs eager {eager_s * 1e3:.1f} ms = {fused_s / eager_s:.0%} of eager{compiled}"
 

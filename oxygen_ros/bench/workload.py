@@ -93,7 +93,7 @@ class BenchRuntime:
         self.compile_s = getattr(self.sampler, "compile_s", None)
         self.fused = bool(getattr(self.sampler, "fused", False))
         graphed = type(self.sampler).__name__ == "GraphedActionSampler"
-        self.path = "cuda_graph" if graphed else ("compiled" if self.fused else "eager")
+        self.path = ("cuda_graph_compiled" if self.fused else "cuda_graph") if graphed else ("compiled" if self.fused else "eager")
         # The prefill runs on the calling thread: compiled there.
         self.prefiller: Prefiller = make_prefiller(model, workload.prefill, progress)
         self.prefill_compile_s = getattr(self.prefiller, "compile_s", None)

@@ -45,6 +45,9 @@ class Lane:
     def _in_stream(self, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
         if self._stream is None:
             return fn(*args, **kwargs)
+        # PyTorch's side streams do not wait for the default stream by themselves: order this work after
+        # everything already queued there (the prefill that wrote the KV this call reads).
+        self._stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self._stream):
             out = fn(*args, **kwargs)
         self._stream.synchronize()  # results leave the lane complete

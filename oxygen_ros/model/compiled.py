@@ -149,13 +149,17 @@ class FusedActionSampler(CompiledPath):
         self._compiled_batch = None
         super()._fail(reason)
 
-    def _call_compiled(self, x_t: Tensor, prefix_k: Tensor, prefix_v: Tensor, cos: Tensor, sin: Tensor,
-                       mods: Tensor, prefix_bias: Tensor | None = None) -> Tensor:
+    def network(self, x_t: Tensor, prefix_k: Tensor, prefix_v: Tensor, cos: Tensor, sin: Tensor,
+                mods: Tensor, prefix_bias: Tensor | None = None) -> Tensor:
+        """One evaluation of the compiled network (a :data:`VelocityFn`; no eager fallback here): what
+        :meth:`__call__` steps with, and what a CUDA graph records (``cuda_graphs.record_action_graph``)."""
         assert self._compiled is not None
         # prefix_k/v [L, 1, T, Hkv, D] are contiguous (see __call__) and their length is dynamic: one
-        # compilation for every KV pool and prompt, and two tensors to guard per call, not one per layer.
-        for t in (prefix_k, prefix_v):
-            torch._dynamo.mark_dynamic(t, 2)
+        # compilation for every KV pool and prompt, and two tensors to guard per call, not one per layer. A
+        # prefix padded to a static length (a CUDA graph's buffers, whose bias hides the padding) keeps its size.
+        if prefix_bias is None:
+            for t in (prefix_k, prefix_v):
+                torch._dynamo.mark_dynamic(t, 2)
         # The first step's x_t comes from outside inference mode; a clone makes every call's input alike.
         return self._compiled(x_t.clone(), prefix_k, prefix_v, cos, sin, mods, prefix_bias)
 
@@ -193,7 +197,7 @@ class FusedActionSampler(CompiledPath):
         prefix_k, prefix_v = prefix_k.contiguous(), prefix_v.contiguous()
         try:
             with fast_guards():
-                return self.model.sample_actions(prefix_k, prefix_v, noise, network=self._call_compiled)
+                return self.model.sample_actions(prefix_k, prefix_v, noise, network=self.network)
         except Exception as exc:  # noqa: BLE001 - any compiler failure means: fall back to eager, once
             self._fail(exc)
             return self.model.sample_actions(prefix_k, prefix_v, noise)
@@ -222,7 +226,8 @@ def plain_sampler(model: Pi05Model) -> ActionSampler:
 def make_action_sampler(model: Pi05Model, backend: str = "auto",
                         progress: Callable[[str], None] | None = None) -> ActionSampler:
     """``eager``: plain :meth:`Pi05Model.sample_actions`; ``compiled``: the fused network (compiled at once,
-    eager fallback with one warning); ``cuda_graph``: the chunk replayed from a CUDA graph (CUDA only);
+    eager fallback with one warning); ``cuda_graph``: the chunk replayed from a CUDA graph of the compiled
+    network (CUDA only; of the eager network where compiling fails);
     ``auto``: ``cuda_graph`` on CUDA, ``compiled`` elsewhere."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown action backend {backend!r}; choose one of {BACKENDS}")
@@ -233,10 +238,9 @@ def make_action_sampler(model: Pi05Model, backend: str = "auto",
     if backend == "cuda_graph":
         if model.device.type != "cuda":
             raise ValueError("the cuda_graph action backend needs a model on a CUDA device")
-        from .cuda_graphs import GraphedActionSampler
+        from .cuda_graphs import record_action_graph
 
-        (progress or log.info)("action chunk: recording its CUDA graph ...")
-        return GraphedActionSampler(model)
+        return record_action_graph(model, progress)
     sampler = FusedActionSampler(model, progress)
     sampler.warm_up()
     return sampler
