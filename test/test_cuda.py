@@ -12,7 +12,7 @@ from oxygen_ros.engine import Engine, TextTask, make_runner
 from oxygen_ros.engine.engine import EngineLanes
 from oxygen_ros.model.batched_prefill import prefill_batch
 from oxygen_ros.model.compiled import make_action_sampler
-from oxygen_ros.model.compiled_prefill import FusedPrefill
+from oxygen_ros.model.compiled_prefill import FusedPrefill, make_prefiller
 from oxygen_ros.model.rtc import prefix_weights, sample_actions_rtc
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -63,6 +63,7 @@ def test_fused_prefill_on_cuda_matches_the_eager_one(prefix_attention: str) -> N
         torch.testing.assert_close(v[0], v[1], rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(got.last_hidden, want.last_hidden, rtol=1e-4, atol=1e-4)
     assert fused.fused, fused.failure
+    assert make_prefiller(gpu, "auto") == gpu.prefill  # auto: the eager prefill on CUDA (faster there, measured)
 
 
 @pytest.mark.parametrize("prefix_attention", ["causal_text", "bidirectional"])

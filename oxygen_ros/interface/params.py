@@ -18,6 +18,8 @@ from typing import Any, Sequence
 from oxygen_ros.embodiment import ADAPTERS
 from oxygen_ros.engine.modes import MODES
 from oxygen_ros.engine.questions import ASK_TASK
+from oxygen_ros.model.compiled import BACKENDS as ACTION_BACKENDS
+from oxygen_ros.model.compiled_prefill import PREFILL_BACKENDS
 from oxygen_ros.model.config import PRESETS
 from oxygen_ros.model.key_maps import VARIANTS
 from oxygen_ros.model.rtc import SCHEDULES
@@ -145,10 +147,12 @@ PARAMS: tuple[ParamSpec, ...] = (
               "Torch CPU threads for the model (0 = torch's default, one per core).", low=0, high=1024),
     ParamSpec("action_backend", "str", _runtime_default("action_backend"),
               "'compiled': the action chunk through torch.compile, compiled at start-up (eager if that fails); "
-              "'eager': plain torch.", choices=("eager", "compiled")),
+              "'cuda_graph': replayed from one CUDA graph of the compiled network (CUDA only); 'auto': cuda_graph "
+              "on CUDA, compiled on a CPU; 'eager': plain torch.", choices=ACTION_BACKENDS),
     ParamSpec("prefill_backend", "str", _runtime_default("prefill_backend"),
               "'compiled': the prefill (vision tower and backbone) through torch.compile, compiled at start-up "
-              "(eager if that fails); 'eager': plain torch.", choices=("eager", "compiled")),
+              "(eager if that fails); 'auto': compiled on a CPU, eager on CUDA (faster there, measured); "
+              "'eager': plain torch.", choices=PREFILL_BACKENDS),
     ParamSpec("overlap_decode", "bool", _runtime_default("overlap_decode"),
               "oxygen mode: run one batched decode step on a second thread while the action chunk runs."),
     # ------------------------------------------------------- chunk execution (runtime/alignment.py, chunking.py)

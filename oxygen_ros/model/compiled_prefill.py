@@ -103,11 +103,14 @@ class FusedPrefill(CompiledPath):
 
 
 def make_prefiller(model: Pi05Model, backend: str = "auto", progress: Callable[[str], None] | None = None) -> Prefiller:
-    """``eager``: plain :meth:`Pi05Model.prefill`; ``compiled``/``auto``: the fused prefill (compiled at once,
-    eager fallback with one warning)."""
+    """``eager``: plain :meth:`Pi05Model.prefill`; ``compiled``: the fused prefill (compiled at once, eager
+    fallback with one warning); ``auto``: compiled on a CPU, eager on CUDA. On an H200 the compiled layers were
+    slower than eager for the full pi05 prefill (24.7 against 21.5 ms; the GPU busy 7.2 of 22.6 ms): the host
+    launching the layers' graphs one by one is the cost there, which compiling does not remove
+    (docs/performance.md, GPU path)."""
     if backend not in PREFILL_BACKENDS:
         raise ValueError(f"unknown prefill backend {backend!r}; choose one of {PREFILL_BACKENDS}")
-    if backend == "eager":
+    if backend == "eager" or (backend == "auto" and model.device.type == "cuda"):
         return model.prefill
     prefiller = FusedPrefill(model, progress)
     prefiller.warm_up()

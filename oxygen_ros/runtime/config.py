@@ -9,6 +9,8 @@ from typing import Any
 
 from oxygen_ros.embodiment import ADAPTERS, Conversions, parse_conversions
 from oxygen_ros.engine.modes import MODES
+from oxygen_ros.model.compiled import BACKENDS as ACTION_BACKENDS
+from oxygen_ros.model.compiled_prefill import PREFILL_BACKENDS
 from oxygen_ros.model.config import PRESETS
 from oxygen_ros.model.key_maps import VARIANTS
 from oxygen_ros.model.prompt import PROMPT_FORMATS
@@ -67,8 +69,12 @@ class RuntimeConfig:
     max_waiting: int = 16
     seed: int = 0
     num_threads: int = 0  # torch CPU threads; 0 = torch's default (one per core)
-    action_backend: str = "eager"  # "compiled": the action chunk through torch.compile (at start-up), eager fallback
-    prefill_backend: str = "eager"  # "compiled": the prefill through torch.compile (at start-up), eager fallback
+    # The action chunk: "compiled" (torch.compile at start-up, eager fallback), "cuda_graph" (a CUDA graph of the
+    # compiled network; CUDA only), "auto" (cuda_graph on CUDA, compiled on a CPU) or "eager".
+    action_backend: str = "eager"
+    # The prefill: "compiled" (torch.compile at start-up, eager fallback), "auto" (compiled on a CPU, eager on
+    # CUDA, where the compiled layers measured slower: docs/performance.md, GPU path) or "eager".
+    prefill_backend: str = "eager"
     overlap_decode: bool = False  # oxygen mode: one decode step runs on its own thread during the action chunk
     # Chunk execution (runtime/alignment.py, runtime/chunking.py)
     n_action_steps: int = 0  # actions of a chunk executed before the next replaces it; 0 = checkpoint's, else all
@@ -127,8 +133,10 @@ class RuntimeConfig:
             (self.admission in ("wait", "refuse"), "admission must be 'wait' or 'refuse'"),
             (self.max_waiting >= 0, "max_waiting must be >= 0"),
             (self.num_threads >= 0, "num_threads must be >= 0 (0 = torch's default)"),
-            (self.action_backend in ("eager", "compiled"), "action_backend must be 'eager' or 'compiled'"),
-            (self.prefill_backend in ("eager", "compiled"), "prefill_backend must be 'eager' or 'compiled'"),
+            (self.action_backend in ACTION_BACKENDS, f"action_backend must be one of {list(ACTION_BACKENDS)}"),
+            (self.action_backend != "cuda_graph" or self.device.startswith("cuda"),
+             "action_backend 'cuda_graph' needs device cuda[:N] ('auto' picks it there)"),
+            (self.prefill_backend in PREFILL_BACKENDS, f"prefill_backend must be one of {list(PREFILL_BACKENDS)}"),
             (0 <= self.n_action_steps and (not self.horizon or self.n_action_steps <= self.horizon),
              "n_action_steps must be in 0..horizon (0 = the checkpoint's value, else the whole chunk)"),
             (self.replan in REPLAN, f"replan must be one of {list(REPLAN)}"),
