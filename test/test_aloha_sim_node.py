@@ -155,6 +155,6 @@ def test_oxygen_node_with_aloha_yaml_and_a_small_pi05_closes_the_loop(tmp_path) 
     assert result.query_every_steps == 25  # aloha.yaml: 25 actions of each chunk at 50 Hz, as openpi's aloha_real
     assert result.episodes[0]["steps"] == 100 and s["queries"] == 4
     assert s["answers"] == s["queries"] and s["timeouts"] == 0 and s["rejected"] == 0
-    assert float(d["chunk_latency_s max"]) == 0.0  # observation to chunk in sim time: lockstep
+    assert float(d["chunk_latency_s max"]) == 0.0  # observation to published chunk in sim time: lockstep
     assert int(d["chunks_published"]) >= s["queries"] - 1  # the last report: up to 0.2 s of sim time before the end
     assert float(d["input_age_s /cam_high/image_raw max"]) == 0.0

@@ -70,17 +70,19 @@ def run_loop(
     task: str = "transfer_cube",
     *,
     runtime_loader: Callable[[Any], Any] | None = None,
-    image_size: tuple[int, int] = (480, 640),
+    image_size: tuple[int, int] = (240, 320),
     fast_render: bool = False,
     episode_steps: int = 400,
     gif_every_steps: int = 0,
+    gif_size: tuple[int, int] = (240, 320),
     timeout_s: float = 3600.0,
     on_ready: Callable[[Any, Any], None] | None = None,
 ) -> LoopResult:
     """Run ``seeds`` episodes of the ALOHA ``task`` with the policy node configured by ``values``.
 
     ``runtime_loader`` replaces ``PolicyRuntime.load`` (see ``through_outputs``); ``on_ready(policy_node,
-    sim_node)`` runs once both exist. ``gif_every_steps`` > 0 records cam_high of the first episode that often.
+    sim_node)`` runs once both exist. ``gif_every_steps`` > 0 records cam_high of the first episode that often,
+    at ``gif_size`` (height, width).
     """
     import rclpy
     from rclpy.executors import MultiThreadedExecutor
@@ -110,7 +112,7 @@ def run_loop(
         nodes.append(sim)
         frames: list[np.ndarray] = []
         if gif_every_steps > 0:
-            sim.on_step = lambda d: _record(d, frames, gif_every_steps, height, width)
+            sim.on_step = lambda d: _record(d, frames, gif_every_steps, *gif_size)
         if on_ready is not None:
             on_ready(policy, sim)
         listener = _DiagnosticsListener(context)

@@ -266,10 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "not bit for bit: a closed loop may then end an episode differently)")
     ev.add_argument("--json-out", help="write the summary and every episode's details here")
     ev.add_argument("--quiet", action="store_true")
-    _add_aloha_args(ev, "the table-top simulator's arg flags above do not apply; the node runs over DDS in lockstep")
-    ev.add_argument("--gif", help="--env aloha_*: write cam_high of the first episode here (every 5th step)")
-    ev.add_argument("--image-width", type=int, default=640, help="--env aloha_*: camera image width")
-    ev.add_argument("--image-height", type=int, default=480, help="--env aloha_*: camera image height")
+    _add_aloha_args(ev, "the flags above are the table-top simulator's; the node runs over DDS in lockstep")
+    ev.add_argument("--image-width", type=int, default=320, help="--env aloha_*: camera image width")
+    ev.add_argument("--image-height", type=int, default=240, help="--env aloha_*: camera image height")
     ev.add_argument("--fast-render", action="store_true", help="--env aloha_*: no shadows, no anti-aliasing (10x cheaper)")
     ch = sub.add_parser("chunking", help="naive vs time-aligned vs time-aligned + RTC at several latencies")
     ch.add_argument("--episodes", type=int, default=20)
@@ -296,6 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="--env aloha_*: the expert's actions as model outputs through this robot config's conversions "
                     "and controllers over DDS into the MuJoCo arm")
     ex.add_argument("--image-size", type=int, default=64, help="--through-outputs: camera images (the expert ignores them)")
+    ex.add_argument("--fast-render", action=argparse.BooleanOptionalAction, default=True,
+                    help="--through-outputs: no shadows, no anti-aliasing (default; --no-fast-render for the GIF's look)")
     return parser
 
 
@@ -305,6 +306,7 @@ def _add_aloha_args(parser: argparse.ArgumentParser, note: str) -> None:
     parser.add_argument("--env", choices=["tabletop", *ENVS], default="tabletop",
                         help=f"the simulator: the table-top arm (default) or the MuJoCo ALOHA (gym-aloha scenes; {note})")
     parser.add_argument("--timeout", type=float, default=7200.0, help="--env aloha_*: wall-time limit of the run in seconds")
+    parser.add_argument("--gif", help="--env aloha_*: write cam_high of the first episode here (every 5th step, 320x240)")
 
 
 def main(argv: list[str] | None = None) -> int:
