@@ -72,9 +72,11 @@ def _backend() -> str:
     """The ``backend`` parameter as given (params file or -p), read before the node of that backend exists."""
     from rclpy.node import Node
 
-    probe = Node("oxygen_sim_node", allow_undeclared_parameters=True, automatically_declare_parameters_from_overrides=True)
+    # Only `backend` is declared: declaring every override would fail on an empty list (no type to declare it
+    # with), e.g. demo_sim.yaml's `instructions: []`.
+    probe = Node("oxygen_sim_node")
     try:
-        value = probe.get_parameter("backend").value if probe.has_parameter("backend") else "tabletop"
+        value = probe.declare_parameter("backend", "tabletop").value
     finally:
         probe.destroy_node()
     return str(value)
