@@ -33,6 +33,10 @@ def test_bench_with_the_compiled_chunk_reports_both_and_the_before_points(tmp_pa
     assert parts["action_fused"] and parts["action_path"] == "compiled" and parts["compile_s"] > 0
     assert parts["prefill_fused"] and parts["prefill_compile_s"] > 0 and parts["prefill_eager_s"] > 0
     assert "action chunk: fused (torch.compile)" in proc.stdout and "prefill: fused (torch.compile)" in proc.stdout
+    # real-time chunking through the compiled network, beside its eager form; the prefill beside its matmuls alone
+    assert parts["rtc_compile_s"] > 0 and parts["action_rtc_eager_s"] > 0
+    assert "real-time chunking: fused (torch.compile)" in proc.stdout
+    assert parts["prefill_matmuls"] > 0 and parts["prefill_matmul_s"] > 0 and "prefill floor: P" in proc.stdout
     assert "before/after (same run" in proc.stdout and "before = eager prefill, all else" in proc.stdout
     assert "share of the action_only frame" in proc.stdout and "share of the oxygen N=2 k=1 frame" in proc.stdout
     assert {r["mode"] for r in results["records"]} == {"action_only", "oxygen"}
@@ -114,3 +118,20 @@ def test_robots_compares_one_engine_with_separate_processes(tmp_path: Path) -> N
     assert result["parts"]["prefill"] == "batched"  # the eager prefill: B frames in one call
     assert "fleet/separate chunks/s" in proc.stdout and "A(B)" in proc.stdout and "P1(B)" in proc.stdout
     assert result["command"].startswith("oxygen-bench ") and str(tmp_path) not in (tmp_path / "fleet.txt").read_text()
+
+
+def test_startup_times_a_cold_and_a_warm_process(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "oxygen_ros.bench.cli", "--preset", "tiny", "--dtype", "float32", "--threads", "1",
+           "--startup", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((tmp_path / "startup.json").read_text())
+    for start in ("cold", "warm"):
+        r = result[start]
+        assert r["first_chunk_s"] >= r["imports_s"] > 0 and r["tick_s"] > 0
+    if compiler_available() is None:  # both compiled; the warm process loaded what the cold one compiled
+        assert result["cold"]["fused"] and result["warm"]["fused"]
+        assert result["cold"]["action_compile_s"] > 0 and result["warm"]["action_compile_s"] > 0
+        assert result["cold"]["fxgraph_cache_miss"] > 0 and result["cold"]["fxgraph_cache_hit"] == 0
+        assert result["warm"]["fxgraph_cache_hit"] > 0 and result["warm"]["fxgraph_cache_miss"] == 0
+    assert "start-up to the first chunk" in proc.stdout and " cold |" in proc.stdout and " warm |" in proc.stdout

@@ -1,6 +1,7 @@
 """The fused action chunk (torch.compile): the same fidelity checks as the eager network, one compilation for
 every prefix length and pool, a clean eager fallback with one warning, the compiled network cached across
-processes, and real-time chunking (eager network, VJP) beside it in the engine."""
+processes, and real-time chunking through the compiled network and its compiled backward, equal to the eager
+guided chunk."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ def fused() -> dict[str, FusedActionSampler]:
     for mode in ("causal_text", "bidirectional"):
         sampler = FusedActionSampler(model_with_norms(mode))
         sampler.warm_up()
+        if mode == "causal_text":
+            sampler.warm_up_rtc()
         out[mode] = sampler
     return out
 
@@ -121,10 +124,11 @@ def test_the_compiled_network_is_cached_across_processes(tmp_path: Path) -> None
 
 
 @needs_compiler
-def test_engine_with_the_fused_chunk_keeps_real_time_chunking(fused: dict[str, FusedActionSampler]) -> None:
-    """Plain chunks go through the compiled network; guided (RTC) chunks through the eager one and its VJP,
-    exactly as in an engine without the compiled path, on lanes as well."""
+def test_engine_with_the_fused_chunk_samples_real_time_chunks_fused(fused: dict[str, FusedActionSampler]) -> None:
+    """Plain chunks and guided (RTC) chunks both go through compiled code in the engine, on lanes as well; the
+    guided chunk equals the eager network's guided chunk (its VJP) within float rounding."""
     sampler = fused["causal_text"]
+    assert sampler.rtc_compile_s and sampler.rtc_compile_s > 0
     model, h = sampler.model, TINY.action_horizon
     lanes = EngineLanes("cpu")
     try:
@@ -135,13 +139,33 @@ def test_engine_with_the_fused_chunk_keeps_real_time_chunking(fused: dict[str, F
             noise = engine.sample_noise()
             guide = ChunkGuide(torch.randn(h, TINY.action_dim), prefix_weights(2, h, h), beta=5.0)
             plain, _ = engine.act(prefix, noise)
-            guided, _ = engine.act(prefix, noise, guide)
+            with torch._dynamo.config.patch(error_on_recompile=True):  # compiled at start-up (warm_up_rtc)
+                guided, _ = engine.act(prefix, noise, guide)
             torch.testing.assert_close(plain, model.sample_actions(k, v, noise), rtol=1e-4, atol=1e-5)
             reference = sample_actions_rtc(model, k, v, noise, guide.target, guide.weights, guide.beta)
-            torch.testing.assert_close(guided, reference, rtol=1e-5, atol=1e-6)  # the lane has its own thread count
+            torch.testing.assert_close(guided, reference, rtol=1e-5, atol=1e-5)
             assert not torch.allclose(plain, guided)
         finally:
             engine.kv.release(prefix)
     finally:
         lanes.close()
+    assert sampler.fused, sampler.failure
+
+
+@needs_compiler
+@pytest.mark.parametrize("inference", [False, True])
+def test_fused_rtc_equals_eager_rtc_at_other_lengths_without_recompiling(fused: dict[str, FusedActionSampler],
+                                                                        inference: bool) -> None:
+    sampler = fused["causal_text"]
+    model, h = sampler.model, TINY.action_horizon
+    g = torch.Generator().manual_seed(3)
+    target = torch.randn(h, TINY.action_dim, generator=g)
+    for capacity, offset, seed in ((300, 3, 1), (400, 17, 2)):
+        k, v, sl, (*_, noise) = prefill(model, capacity, offset, seed)
+        weights = prefix_weights(seed, h - 1, h, "linear")
+        with torch.inference_mode(inference), torch._dynamo.config.patch(error_on_recompile=True):
+            got = sampler.sample_rtc(k[:, sl], v[:, sl], noise, target, weights, 5.0)
+            want = sample_actions_rtc(model, k[:, sl], v[:, sl], noise, target, weights, 5.0)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        assert not torch.allclose(got, sampler(k[:, sl], v[:, sl], noise), atol=1e-3)  # the guide changed it
     assert sampler.fused, sampler.failure

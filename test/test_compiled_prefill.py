@@ -15,11 +15,11 @@ from engine_fixtures import make_frame, model_with_norms
 from oxygen_ros.engine import Engine
 from oxygen_ros.model import compiled
 from oxygen_ros.model.compiled import FusedActionSampler, compiler_available
-from oxygen_ros.model.compiled_prefill import FusedPrefill, make_prefiller
+from oxygen_ros.model.compiled_prefill import EAGER_FUNCTIONS, FusedPrefill, make_prefiller
 from oxygen_ros.model.config import TINY
 from oxygen_ros.model.layers import attend
 from oxygen_ros.model.prefix_attention import prefix_attention, text_rows_mask
-from oxygen_ros.model.vla import Pi05Model, PrefixLayers, PrefixOutput
+from oxygen_ros.model.vla import Pi05Model, PrefixOutput
 
 needs_compiler = pytest.mark.skipif(compiler_available() is not None, reason="inductor needs a C++ compiler")
 MODES = ("causal_text", "bidirectional")
@@ -32,6 +32,7 @@ def fused() -> dict[str, FusedPrefill]:
     for mode in MODES:
         prefiller = FusedPrefill(model_with_norms(mode))
         prefiller.warm_up()
+        prefiller.warm_up_batch()
         out[mode] = prefiller
     return out
 
@@ -136,16 +137,59 @@ def test_engine_prefills_through_the_fused_path(fused: dict[str, FusedPrefill]) 
     assert prefiller.fused, prefiller.failure
 
 
+# Fleets of B robots: (camera slots, prompt length) per robot; the same camera count or ragged ones.
+FLEETS = (
+    (((True, True, True), 5), ((True, False, True), 17)),
+    (((True, True, False), 3), ((True, True, False), 9), ((False, True, True), 2), ((True, False, True), 30)),
+    (((False, True, False), 12), ((True, True, True), 2), ((True, False, False), 7)),
+    tuple(((True, True, True), 4) for _ in range(6)),
+)
+
+
 @needs_compiler
-def test_a_fleet_prefills_one_by_one_through_the_fused_path(fused: dict[str, FusedPrefill]) -> None:
-    """The compiled graphs are traced for one prefix: a fleet's frames go through them one at a time."""
+@pytest.mark.parametrize("mode", MODES)
+def test_a_batch_through_the_fused_prefill_equals_each_frames_own_prefill(fused: dict[str, FusedPrefill],
+                                                                         mode: str) -> None:
+    """B frames (ragged prompts, each its own cameras) in one compiled call: each frame's KV and last hidden
+    state as its own eager prefill, for every B and mix, with the graphs compiled by ``warm_up_batch`` only."""
+    prefiller = fused[mode]
+    assert prefiller.batch_compile_s and prefiller.batch_compile_s > 0
+    model, b = prefiller.model, TINY.backbone
+    graphs, compiles = counters["stats"]["unique_graphs"], counters["inductor"]["fxgraph_cache_miss"]
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for fleet in FLEETS:
+            frames = [observation(list(slots), n, seed) for seed, (slots, n) in enumerate(fleet)]
+            ks = [torch.full((b.depth, 300, b.num_kv_heads, b.head_dim), 7.0) for _ in frames]
+            vs = [k.clone() for k in ks]
+            outs = prefiller.prefill_batch(frames, ks, vs)
+            for obs, out, k, v in zip(frames, outs, ks, vs):
+                assert_same_prefix((out, k, v), run(model.prefill, model, obs))
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert counters["inductor"]["fxgraph_cache_miss"] == compiles
+    assert prefiller.fused, prefiller.failure
+
+
+@needs_compiler
+def test_a_fleet_prefills_in_one_compiled_call(fused: dict[str, FusedPrefill]) -> None:
+    """The engine's fleet prefill goes through the compiled batch: each robot's pool extent holds its own
+    eager prefill."""
     prefiller = fused["bidirectional"]
     model = prefiller.model
     engine = Engine(model, prefiller=prefiller)
     engine.add_robot("b")
-    frames = {"": make_frame(TINY, 4), "b": make_frame(TINY, 5, prompt_len=11, cameras=(True, True, True))}
-    prefixes, _ = engine.prefill_many(frames)
+    engine.add_robot("c")
+    assert engine.batches_prefill
+    frames = {"": make_frame(TINY, 4), "b": make_frame(TINY, 5, prompt_len=11, cameras=(True, True, True)),
+              "c": make_frame(TINY, 6, prompt_len=3, cameras=(False, True, False))}
+    calls = []
+    batch = prefiller.prefill_batch
+    prefiller.prefill_batch = lambda *args: calls.append(len(args[0])) or batch(*args)  # type: ignore[method-assign]
     try:
+        prefixes, _ = engine.prefill_many(frames)
+    finally:
+        del prefiller.prefill_batch
+    try:
+        assert calls == [3]
         for name, frame in frames.items():
             assert_pool_holds_the_eager_prefix(engine, prefixes[name], frame)
     finally:
@@ -222,7 +266,7 @@ def test_a_failing_compiled_call_falls_back_once(name: str, caplog: pytest.LogCa
         calls.append(1)
         raise RuntimeError("inductor: C++ compile error\nlong details")
 
-    fused._compiled = broken if name == "action chunk" else PrefixLayers(broken, broken, broken)  # type: ignore[assignment]
+    fused._compiled = broken if name == "action chunk" else dict.fromkeys(EAGER_FUNCTIONS, broken)  # type: ignore[assignment]
     with caplog.at_level(logging.WARNING, logger="oxygen_ros.model.compiled"):
         first, second = path.result(fused), path.result(fused)
     expected = path.eager()

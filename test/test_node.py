@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -525,6 +526,17 @@ def test_chunks_and_trajectories_at_the_control_rate(live):
         positions = np.array([p.positions for p in traj.points])
         assert positions.shape == (10, 7)
         assert np.all(positions >= np.array(LOWER) - 1e-6) and np.all(positions <= np.array(UPPER) + 1e-6)
+
+
+def test_the_wait_for_the_first_chunk_is_logged_once(live):
+    """Time to the first chunk after activate, and since the process started (loading and compiling included)."""
+    t0 = time.monotonic()
+    assert live.spin_until(lambda: len(live.chunks.since(t0)) >= 2, timeout=30)
+    found = re.findall(r"first chunk: (\d+\.\d) s after activate, (\d+\.\d) s after the process started",
+                       live.process.output())
+    assert len(found) == 1, live.process.output()[-3000:]
+    after_activate, after_start = map(float, found[0])
+    assert 0 <= after_activate <= after_start
 
 
 def _statuses(msg: DiagnosticArray) -> dict[str, DiagnosticStatus]:

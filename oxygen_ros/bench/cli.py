@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from . import fleet
+from . import fleet, startup
 from .machine import describe, load_average, machine_info
 from .report import add_comparisons, format_table, write_outputs
 from .workload import Workload, bf16_supported
@@ -68,17 +68,31 @@ def _fleet(args: argparse.Namespace, workload: Workload, machine: dict, argv: li
               f"{args.repeats} rounds (medians)\nmachine: {describe(machine)}")
     print(header, file=sys.stderr, flush=True)
     result = fleet.run(args, workload)
+    return _report(args, workload, machine, argv, result, fleet.format_table(result, args.horizon, header), "fleet")
+
+
+def _startup(args: argparse.Namespace, workload: Workload, machine: dict, argv: list[str] | None) -> int:
+    """``--startup``: process start to the first chunk, cold and warm (``bench/startup.py``)."""
+    header = (f"oxygen-bench --startup: preset {args.preset}, {args.device}, {workload.dtype}, actions {args.actions}, "
+              f"prefill {args.prefill}\nmachine: {describe(machine)}")
+    print(header, file=sys.stderr, flush=True)
+    result = startup.run(workload, args.threads)
+    return _report(args, workload, machine, argv, result, startup.format_startup(result, header), "startup")
+
+
+def _report(args: argparse.Namespace, workload: Workload, machine: dict, argv: list[str] | None, result: dict,
+            table: str, name: str) -> int:
+    """Print a table with the load averages; with ``--out`` write ``<name>.json`` (result and record) and the table."""
     machine["load_average_at_end"] = load_average()
-    table = fleet.format_table(result, args.horizon, header)
     print(table)
     print(f"(load average at start {machine['load_average_at_start']}, at end {machine['load_average_at_end']})")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         meta = {"machine": machine, "workload": asdict(workload),
                 "command": _command(argv if argv is not None else sys.argv[1:], args.out)}
-        (args.out / "fleet.json").write_text(json.dumps(result | meta, indent=1))
-        (args.out / "fleet.txt").write_text(table + "\n")
-        print(f"wrote {args.out / 'fleet.txt'}")
+        (args.out / f"{name}.json").write_text(json.dumps(result | meta, indent=1))
+        (args.out / f"{name}.txt").write_text(table + "\n")
+        print(f"wrote {args.out / f'{name}.txt'}")
     return 0
 
 
@@ -115,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
                         "run's engine, interleaved in the same rounds")
     parser.add_argument("--kv-budget-mb", type=int, default=96,
                         help="KV pool of each engine (default 96; a full pi05 at N = 30 needs about 1024)")
+    parser.add_argument("--startup", action="store_true",
+                        help="instead: seconds from process start to the first chunk, cold (empty inductor cache) and "
+                        "warm (a second start on the cache the first wrote), each in a fresh process")
     parser.add_argument("--out", type=Path, help="write results.json, table.txt and PNG plots here")
     fleet.add_arguments(parser)
     args = parser.parse_args(argv)
@@ -131,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)  # so the record shows what the workers use
     machine = machine_info(args.device, 1 if args.lanes else None)
+    if args.startup:
+        return _startup(args, workload, machine, argv)
     if args.robots:
         return _fleet(args, workload, machine, argv)  # lanes where a process has two threads (bench/fleet.py)
 

@@ -93,17 +93,24 @@ def format_table(records: list[dict], parts: dict, header: str, before: list[dic
     lines.append(
         f"parts: P (prefill, {parts['prefix_tokens']} positions) = {parts['prefill_s'] * 1e3:.1f} ms   "
         f"A (action chunk) = {parts['action_s'] * 1e3:.1f} ms   "
-        + (f"A_rtc (real-time chunking, eager network) = {parts['action_rtc_s'] * 1e3:.1f} ms "
-           f"({parts['action_rtc_s'] / parts.get('action_eager_s', parts['action_s']):.2f}x eager A)   "
+        + (f"A_rtc (real-time chunking) = {parts['action_rtc_s'] * 1e3:.1f} ms ({parts['action_rtc_s'] / parts['action_s']:.2f}x A)   "
            if "action_rtc_s" in parts else "")
         + "   ".join(f"D({b}) = {s * 1e3:.1f} ms" for b, s in sorted(d.items(), key=lambda kv: int(kv[0])))
     )
     if "action_eager_s" in parts:
         lines.append(fused_line("action chunk", parts["action_s"], parts["action_eager_s"], parts.get("action_path", ""),
                                 parts.get("compile_s")))
+    if "action_rtc_eager_s" in parts:
+        lines.append(fused_line("real-time chunking", parts["action_rtc_s"], parts["action_rtc_eager_s"],
+                                parts.get("action_path", "") if parts.get("rtc_compile_s") else "eager",
+                                parts.get("rtc_compile_s")))
     if "prefill_eager_s" in parts:
         lines.append(fused_line("prefill", parts["prefill_s"], parts["prefill_eager_s"],
                                 "compiled" if parts.get("prefill_fused") else "eager", parts.get("prefill_compile_s")))
+    if "prefill_matmul_s" in parts:
+        lines.append(f"prefill floor: P {parts['prefill_s'] * 1e3:.1f} ms = {parts['prefill_s'] / parts['prefill_matmul_s']:.2f}x "
+                     f"its {parts['prefill_matmuls']} matrix products alone ({parts['prefill_matmul_s'] * 1e3:.1f} ms, "
+                     f"{parts['prefill_matmul_gflop']:.1f} GFLOP, same shapes and dtype, same rounds)")
     lines.append("")
     cols = f"{'mode':<12}{'N':>4}{'k':>4}{'frame ms':>10}{'action Hz':>11}{'tok/s':>9}{'peak MB':>9}"
     cols += f"{'xseq act':>10}{'xseq tok':>10}{'/act-only':>10}{'eff':>6}"

@@ -18,6 +18,7 @@ from oxygen_ros.engine.modes import ParallelRunner
 from oxygen_ros.model.vla import count_parameters
 from oxygen_ros.engine.allocator import keep_freed_buffers
 
+from .matmul_floor import MatmulFloor
 from .memory import PeakMemory, status_kib
 from .rtc import bench_guide
 from .workload import BenchRuntime, Workload
@@ -57,9 +58,17 @@ class PartsProbe:
         self.action: list[float] = []
         self.action_eager: list[float] = []
         self.guide = bench_guide(model.config)
-        self.action_rtc: list[float] = []  # the same chunk by real-time chunking (bench/rtc.py)
+        self.action_rtc: list[float] = []  # the same chunk by real-time chunking (bench/rtc.py), engine's path
+        self.action_rtc_eager: list[float] = []  # ... and on the eager network
         self.decode: dict[int, list[float]] = {b: [] for b in batches}
         self.prefix_tokens = 0
+        # The prefill's matrix products alone (same shapes, dtype, layouts), timed in every round beside P.
+        frame, b = self.frames[0], model.config.backbone
+        k = torch.zeros(b.depth, model.config.max_prefix_tokens, b.num_kv_heads, b.head_dim, dtype=model.dtype,
+                        device=model.device)
+        self.matmuls = MatmulFloor.capture(lambda: model.prefill(frame.images, frame.image_mask, frame.prompt_tokens,
+                                                                 k, k), model.device)
+        self.matmul: list[float] = []
 
     def sample(self, index: int) -> None:
         noise = self.workload.noise(self.model.config, index)
@@ -70,13 +79,16 @@ class PartsProbe:
         _, a = self.engine.act(prefix, noise)
         _, a_eager = self.engine.act(prefix, noise, sampler=self.model.sample_actions)  # same lane, eager network
         _, a_rtc = self.engine.act(prefix, noise, self.guide)
+        _, a_rtc_eager = self.engine.act(prefix, noise, self.guide, sampler=self.model.sample_actions)
         self.prefix_tokens = prefix.length
         self.engine.kv.release(prefix)
         self.prefill.append(p)
+        self.matmul.append(self.matmuls.time_once())
         self.prefill_eager.append(p_eager)
         self.action.append(a)
         self.action_eager.append(a_eager)
         self.action_rtc.append(a_rtc)
+        self.action_rtc_eager.append(a_rtc_eager)
         for b, engine in self.decoders.items():
             t0 = time.perf_counter()
             engine.decode_step()
@@ -87,11 +99,16 @@ class PartsProbe:
         return {
             "prefill_s": statistics.median(self.prefill),
             "prefill_eager_s": statistics.median(self.prefill_eager),
+            "prefill_matmul_s": statistics.median(self.matmul),
+            "prefill_matmuls": self.matmuls.count,
+            "prefill_matmul_gflop": self.matmuls.flops / 1e9,
             "prefill_fused": self.runtime.prefill_fused,
             "prefill_compile_s": self.runtime.prefill_compile_s,
             "action_s": statistics.median(self.action),
             "action_eager_s": statistics.median(self.action_eager),
             "action_rtc_s": statistics.median(self.action_rtc),
+            "action_rtc_eager_s": statistics.median(self.action_rtc_eager),
+            "rtc_compile_s": self.runtime.rtc_compile_s,
             "action_fused": self.runtime.fused,
             "action_path": self.runtime.path,
             "compile_s": self.runtime.compile_s,
@@ -167,7 +184,7 @@ def run_interleaved(workload: Workload, points: list[tuple[str, int, int]], fram
     frames = workload.frames(model.config)
     rounds = math.ceil(frames_measured / (block - 1))
     rss = status_kib("VmRSS")
-    runtime = BenchRuntime(workload, model, _progress)
+    runtime = BenchRuntime(workload, model, _progress, rtc=True)
     compile_rss = (status_kib("VmRSS") - rss) * 1024
     probe = PartsProbe(workload, model, runtime, batches, rounds)
     sweep = [_Point(workload, model, text_model, runtime, *p) for p in points]

@@ -8,7 +8,7 @@ import torch
 
 from oxygen_ros.engine import Engine, FrameInput, TextTask
 from oxygen_ros.engine.engine import EngineLanes
-from oxygen_ros.model.compiled import ActionSampler, make_action_sampler
+from oxygen_ros.model.compiled import ActionSampler, make_action_sampler, warm_up_rtc
 from oxygen_ros.model.compiled_prefill import Prefiller, make_prefiller
 from oxygen_ros.model.config import BENCH, ModelConfig, preset
 from oxygen_ros.model.vla import Pi05Model
@@ -85,12 +85,14 @@ class BenchRuntime:
     """What every engine of a worker process shares: the action sampler and the prefill (each compiled once)
     and the lanes."""
 
-    def __init__(self, workload: Workload, model: Pi05Model, progress=print) -> None:  # noqa: ANN001
+    def __init__(self, workload: Workload, model: Pi05Model, progress=print, rtc: bool = False) -> None:  # noqa: ANN001
         self.lanes = EngineLanes(workload.device) if workload.lanes else None
-        build = lambda: make_action_sampler(model, workload.actions, progress)  # noqa: E731
+        # ``rtc``: the real-time-chunking path compiled too (the timing worker's parts time it: A_rtc).
+        build = lambda: warm_up_rtc(make_action_sampler(model, workload.actions, progress), rtc)  # noqa: E731
         # Compiled on the action lane: the thread whose settings it will run with.
         self.sampler: ActionSampler = self.lanes.action.run(build) if self.lanes else build()
         self.compile_s = getattr(self.sampler, "compile_s", None)
+        self.rtc_compile_s = getattr(self.sampler, "rtc_compile_s", None)
         self.fused = bool(getattr(self.sampler, "fused", False))
         graphed = type(self.sampler).__name__ == "GraphedActionSampler"
         self.path = ("cuda_graph_compiled" if self.fused else "cuda_graph") if graphed else ("compiled" if self.fused else "eager")

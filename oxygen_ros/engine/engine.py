@@ -140,6 +140,9 @@ class Engine:
         if not name or name in self._robots:
             raise ValueError(f"robot names must be non-empty and unique, got {name!r} (have {self.robots})")
         self.kv.add_reserve()
+        warm_up_batch = getattr(self.prefiller, "warm_up_batch", None)
+        if warm_up_batch is not None:  # a compiled prefill's batched graphs: compiled now, not on the first tick
+            warm_up_batch()
         s = self._settings
         seed = s["seed"] + len(self._robots) if seed is None else seed  # type: ignore[operator]
         self._robots[name] = new_slot(name, seed, s["max_questions"], self.config.max_prefix_tokens)  # type: ignore[arg-type]
@@ -184,12 +187,9 @@ class Engine:
         return self.kv.new_prefix(n_img + frame.prompt_tokens.numel(), frame.frame_seq, frame.stamp_ns)
 
     def _batch_prefiller(self) -> BatchPrefiller | None:
-        """The batched form of the engine's prefiller, or None where it has none.
-
-        The compiled prefiller (``FusedPrefill``) has none: its graphs are traced for one prefix (batch 1,
-        lengths dynamic, attention by the prefix's structure), and a batch would trace new graphs with the batch
-        size and the padding masks as inputs, minutes of compiling at start-up for ``bench`` or on the control
-        path. A fleet's frames go through it one by one, each with the fused kernels."""
+        """The batched form of the engine's prefiller (``prefill_batch``), or None where it has none: the eager
+        batched prefill for the eager prefiller, the compiled batched layers for the compiled one
+        (``FusedPrefill.prefill_batch``)."""
         if self.prefiller == self.model.prefill:
             return partial(prefill_batch, self.model)
         return getattr(self.prefiller, "prefill_batch", None)
@@ -262,18 +262,18 @@ class Engine:
         sampler: ActionSampler | None = None,
     ) -> tuple[torch.Tensor, float]:
         """Sample one action chunk from a prefix, reading its KV in place; with a guide, by real-time chunking
-        (always the eager network: it needs a vector-Jacobian product). ``sampler`` overrides the engine's."""
+        (through the sampler's ``sample_rtc`` where it has one: the compiled network and its compiled backward;
+        else the eager network). ``sampler`` overrides the engine's."""
         t0 = time.perf_counter()
         if noise is None:
             noise = self.sample_noise()
         pool = self.kv.pool
         k, v = pool.view_k(prefix.extent), pool.view_v(prefix.extent)
-        if guide is None:
-            sample = sampler or self.sample_actions
-            args: tuple = (k, v, noise)
-        else:
-            sample = sample_actions_rtc
-            args = (self.model, k, v, noise, guide.target, guide.weights, guide.beta)
+        sample = sampler or self.sample_actions
+        args: tuple = (k, v, noise)
+        if guide is not None:
+            sample = getattr(sample, "sample_rtc", partial(sample_actions_rtc, self.model))
+            args = (k, v, noise, guide.target, guide.weights, guide.beta)
         actions = self.lanes.action.run(sample, *args) if self.lanes else sample(*args)
         _sync(self.model.device)
         return actions, time.perf_counter() - t0

@@ -4,7 +4,9 @@ An eager action chunk is about 12k small ops (10 Euler steps x 18 layers of norm
 attention on 10 tokens), so on a CPU it is bound by per-op dispatch, not arithmetic. Compiling one
 evaluation of the network (:meth:`Pi05Model.expert_network`, all layers) fuses the elementwise work between
 the matrix products into a few generated C++ loops. The Euler loop around it stays eager (10 calls of the
-compiled step per chunk). Real-time chunking keeps the eager network: it needs a vector-Jacobian product.
+compiled step per chunk). Real-time chunking (``sample_rtc``) steps through a compiled form of the same
+network that autograd differentiates: inductor compiles its forward and the backward of its vector-Jacobian
+product (AOTAutograd), at start-up (``warm_up_rtc``) like the plain chunk.
 
 * Compilation happens in :meth:`FusedActionSampler.warm_up` (start-up, with a progress line), never on the
   control path. The prefix length is a dynamic dimension, so one compilation serves every prompt length.
@@ -31,6 +33,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from .rtc import sample_actions_rtc
 from .vla import Pi05Model, VelocityFn
 
 log = logging.getLogger(__name__)
@@ -110,17 +113,21 @@ class CompiledPath:
         self._compiled = None
         log.warning("%s: compiling failed (%s); using the eager network (slower, same results)", self.what, reason)
 
-    def _timed_warm_up(self, calls: Callable[[], None]) -> float:
-        """Run the compiling calls with progress lines; returns their seconds (0 when not compiling)."""
+    def _timed_warm_up(self, calls: Callable[[], None], what: str | None = None) -> float:
+        """Run the compiling calls with progress lines naming ``what`` (default: this path); returns their
+        seconds (0 when not compiling). The path's own warm-up (no ``what``) sets ``compile_s``."""
         if self._compiled is None:
             return 0.0
-        self.progress(f"{self.what}: compiling (once; cached for later runs) ...")
+        label = what or self.what
+        self.progress(f"{label}: compiling (once; cached for later runs) ...")
         t0 = time.perf_counter()
         calls()
-        self.compile_s = time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
+        if what is None:
+            self.compile_s = seconds
         if self.fused:
-            self.progress(f"{self.what}: compiled in {self.compile_s:.1f} s")
-        return self.compile_s
+            self.progress(f"{label}: compiled in {seconds:.1f} s")
+        return seconds
 
 
 # Guards built with recursive dict tags skip the check of every module and parameter of the network while none
@@ -136,17 +143,22 @@ class FusedActionSampler(CompiledPath):
 
     def __init__(self, model: Pi05Model, progress: Callable[[str], None] | None = None) -> None:
         self._compiled_batch: VelocityFn | None = None
+        self._compiled_rtc: VelocityFn | None = None
+        self.rtc_compile_s: float | None = None  # wall time of warm_up_rtc
         super().__init__(model, progress)
         if self._compiled is not None:
             # A batch of chunks (several robots) is a graph of its own, compiled on first use: batch size and
             # prefix length are dynamic there, so one compilation serves every number of robots from 2 up.
             self._compiled_batch = self.compile(model.expert_network)
+            # Real-time chunking differentiates the network: a forward that saves for backward, and the backward.
+            self._compiled_rtc = self.compile(model.expert_network)
 
     def _build(self) -> VelocityFn:
         return self.compile(self.model.expert_network)
 
     def _fail(self, reason: str | BaseException) -> None:
         self._compiled_batch = None
+        self._compiled_rtc = None
         super()._fail(reason)
 
     def network(self, x_t: Tensor, prefix_k: Tensor, prefix_v: Tensor, cos: Tensor, sin: Tensor,
@@ -189,6 +201,31 @@ class FusedActionSampler(CompiledPath):
             self._fail(exc)
             return self.model.sample_actions_batch(prefix_k, prefix_v, noise)
 
+    def _call_compiled_rtc(self, x_t: Tensor, prefix_k: Tensor, prefix_v: Tensor, cos: Tensor, sin: Tensor,
+                           mods: Tensor, prefix_bias: Tensor | None = None) -> Tensor:
+        assert self._compiled_rtc is not None and prefix_bias is None
+        for t in (prefix_k, prefix_v):  # [L, 1, T, Hkv, D], contiguous (see sample_rtc)
+            torch._dynamo.mark_dynamic(t, 2)
+        return self._compiled_rtc(x_t, prefix_k, prefix_v, cos, sin, mods)
+
+    def sample_rtc(self, prefix_k: Tensor, prefix_v: Tensor, noise: Tensor, target: Tensor, weights: Tensor,
+                   beta: float) -> Tensor:
+        """A real-time-chunking chunk (:func:`rtc.sample_actions_rtc`) through the compiled network and its
+        compiled backward; the eager network where compiling failed. Same arguments and result."""
+        if self._compiled_rtc is None:
+            return sample_actions_rtc(self.model, prefix_k, prefix_v, noise, target, weights, beta)
+        # One contiguous copy per chunk, as in __call__, made outside inference mode: autograd saves the prefix
+        # for the backward pass, which an inference tensor cannot be.
+        with torch.inference_mode(False):
+            prefix_k, prefix_v = (t.clone(memory_format=torch.contiguous_format) for t in (prefix_k, prefix_v))
+        try:
+            with fast_guards():
+                return sample_actions_rtc(self.model, prefix_k, prefix_v, noise, target, weights, beta,
+                                          network=self._call_compiled_rtc)
+        except Exception as exc:  # noqa: BLE001 - as in __call__: fall back to eager, once
+            self._fail(exc)
+            return sample_actions_rtc(self.model, prefix_k, prefix_v, noise, target, weights, beta)
+
     def __call__(self, prefix_k: Tensor, prefix_v: Tensor, noise: Tensor) -> Tensor:
         if self._compiled is None:
             return self.model.sample_actions(prefix_k, prefix_v, noise)
@@ -217,6 +254,30 @@ class FusedActionSampler(CompiledPath):
             self(k[:, 2:t], k[:, 2:t], noise)  # another length and offset: served by the same compiled code
 
         return self._timed_warm_up(calls)
+
+    def warm_up_rtc(self, prefix_len: int = 0) -> float:
+        """Compile the real-time-chunking network and its backward now (start-up; once); returns the seconds."""
+        if self._compiled_rtc is None or self.rtc_compile_s is not None:
+            return 0.0
+        cfg, b = self.model.config, self.model.config.backbone
+        t = prefix_len or cfg.tokens_per_image + 8
+        k = torch.zeros((b.depth, t + 5, b.num_kv_heads, b.head_dim), dtype=self.model.dtype, device=self.model.device)
+        h, a = cfg.action_horizon, cfg.action_dim
+        guide = (torch.zeros(h, a), torch.ones(h), 5.0)
+
+        def calls() -> None:
+            self.sample_rtc(k[:, :t], k[:, :t], torch.zeros(h, a), *guide)
+            self.sample_rtc(k[:, 2:t], k[:, 2:t], torch.zeros(h, a), *guide)  # another length: the same code
+
+        self.rtc_compile_s = self._timed_warm_up(calls, "real-time chunking")
+        return self.rtc_compile_s
+
+
+def warm_up_rtc(sampler: ActionSampler, rtc: bool = True) -> ActionSampler:
+    """Compile a sampler's real-time-chunking path at start-up where it has one and ``rtc`` is on; returns it."""
+    if rtc and isinstance(sampler, FusedActionSampler):
+        sampler.warm_up_rtc()
+    return sampler
 
 
 def plain_sampler(model: Pi05Model) -> ActionSampler:

@@ -64,11 +64,14 @@ def last_token_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
 
 @dataclass(frozen=True)
 class RaggedMasks:
-    """Which keys each query of a right-padded batch of prefixes may see (``ragged_masks``)."""
+    """Which keys each query of a right-padded batch of prefixes may see (``ragged_masks``).
 
-    image_rows: int  # leading rows that are image tokens in every prefix: attended with no mask (0: none)
-    rows: Tensor  # [B, 1, S·G, T] or [B, 1, 1, T] bool for the other S = T - image_rows rows (folded: token, head)
+    Tensors only (and a mode flag), so a compiled layer takes them as inputs of dynamic size: the rows that
+    need no mask (image rows common to every prefix) follow from the shapes, never from a Python int."""
+
+    rows: Tensor  # causal_text: [B, 1, S·G, T] bool for the last S rows (folded: token, head); else = keys
     keys: Tensor  # [B, 1, 1, T] bool: each prefix's own slots (what its last token sees)
+    causal_text: bool
 
 
 def ragged_masks(n_img: Sequence[int], lengths: Sequence[int], causal_text: bool, group: int,
@@ -83,20 +86,24 @@ def ragged_masks(n_img: Sequence[int], lengths: Sequence[int], causal_text: bool
     valid = key < torch.tensor(lengths, device=device).view(b, 1, 1)  # [B, 1, T]
     keys = valid.unsqueeze(1)
     if not causal_text:
-        return RaggedMasks(0, keys, keys)
+        return RaggedMasks(keys, keys, False)
     common = n_img[0] if len(set(n_img)) == 1 else 0
     query = torch.arange(common, t, device=device).view(1, -1, 1)
     images = torch.tensor(n_img, device=device).view(b, 1, 1)
     sees = valid & ((key < images) | ((query >= images) & (key <= query)))  # [B, S, T]
     s = t - common
     rows = sees.unsqueeze(2).expand(b, s, group, t).reshape(b, 1, s * group, t)
-    return RaggedMasks(common, rows, keys)
+    return RaggedMasks(rows, keys, True)
 
 
-def ragged_prefix_attention(q: Tensor, k: Tensor, v: Tensor, masks: RaggedMasks) -> Tensor:
-    """``prefix_attention`` over a right-padded batch of prefixes: q [B, T, H, D]; k, v [B, T, Hkv, D]."""
-    n = masks.image_rows
-    rest = folded_sdpa(q[:, n:], k, v, masks.rows)
+def ragged_prefix_attention(q: Tensor, k: Tensor, v: Tensor, rows: Tensor, causal_text: bool) -> Tensor:
+    """``prefix_attention`` over a right-padded batch of prefixes: q [B, T, H, D]; k, v [B, T, Hkv, D];
+    ``rows`` and ``causal_text`` from :class:`RaggedMasks`. In ``causal_text`` the leading T - S rows (the image
+    tokens every prefix has) attend with no mask, the others through ``rows``."""
+    if not causal_text:
+        return folded_sdpa(q, k, v, rows)
+    n = q.shape[1] - rows.shape[2] // (q.shape[2] // k.shape[2])
+    rest = folded_sdpa(q[:, n:], k, v, rows)
     if not n:
         return rest
     return torch.cat((folded_sdpa(q[:, :n], k[:, :n], v[:, :n]), rest), dim=1)

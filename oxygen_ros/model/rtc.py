@@ -27,7 +27,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from .vla import DenoiseSchedule, Pi05Model
+from .vla import DenoiseSchedule, Pi05Model, VelocityFn
 
 SCHEDULES = ("exp", "linear", "ones", "zeros")
 
@@ -78,16 +78,20 @@ def denoised_vjp(
     schedule: DenoiseSchedule,
     step: int,
     cotangent_fn: Callable[[Tensor], Tensor],
+    network: VelocityFn | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Velocity, denoised estimate and the VJP of x̂₀ = x_t − t·v(x_t) at one Euler step.
 
     ``cotangent_fn(x̂₀)`` gives the vector multiplied with the Jacobian (it sees x̂₀ detached). x_t [1, H, A];
-    prefix_k/v [L, 1, T, Hkv, D]. Returns (v, x̂₀, (∂x̂₀/∂x_t)ᵀ·cotangent), all detached.
+    prefix_k/v [L, 1, T, Hkv, D]. ``network``: :meth:`Pi05Model.expert_network` or its compiled form (which
+    then differentiates through inductor's compiled backward). Returns (v, x̂₀, (∂x̂₀/∂x_t)ᵀ·cotangent), all
+    detached.
     """
     t = schedule.times[step]
     with torch.inference_mode(False), torch.enable_grad():
         x = x_t.detach().clone().requires_grad_(True)
-        velocity = model.expert_velocity(x, prefix_k, prefix_v, schedule, step)
+        velocity = (network or model.expert_network)(x, prefix_k, prefix_v, schedule.cos, schedule.sin,
+                                                      schedule.mods[step])
         x0 = x - t * velocity
         cotangent = cotangent_fn(x0.detach())
         (vjp,) = torch.autograd.grad(x0, x, cotangent)
@@ -103,11 +107,13 @@ def sample_actions_rtc(
     weights: Tensor,
     beta: float,
     num_steps: int | None = None,
+    network: VelocityFn | None = None,
 ) -> Tensor:
     """Euler sampling guided toward ``target`` (the previous chunk, shifted so row i is the action the new
     chunk's row i replaces) with per-action ``weights`` [H] and maximum guidance weight ``beta``.
 
     prefix_k/v [L, T, Hkv, D] are read, never written; noise/target [H, A] → [H, A] float32 (normalized).
+    ``network`` replaces the eager expert network (``compiled.FusedActionSampler.sample_rtc``).
     """
     if target.shape != noise.shape or weights.shape != noise.shape[:1]:
         raise ValueError(f"target {tuple(target.shape)} and weights {tuple(weights.shape)} must match noise {tuple(noise.shape)}")
@@ -120,7 +126,8 @@ def sample_actions_rtc(
         w = weights.to(model.device, torch.float32).view(1, -1, 1)
         x_t = noise.to(model.device, torch.float32).unsqueeze(0)
         for step in range(schedule.steps):
-            velocity, _, correction = denoised_vjp(model, x_t, pk, pv, schedule, step, lambda x0: (y - x0) * w)
+            velocity, _, correction = denoised_vjp(model, x_t, pk, pv, schedule, step, lambda x0: (y - x0) * w,
+                                                   network)
             guided = velocity - guidance_weight(schedule.times[step], beta) * correction
             x_t = x_t + schedule.dt * guided
         return x_t[0]

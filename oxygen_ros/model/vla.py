@@ -202,6 +202,14 @@ class Pi05Model(nn.Module):
         return F.linear(self._time_condition(times).to(weight.dtype), weight, bias).unflatten(-1, (len(norms), -1))
 
     # ------------------------------------------------------------------------------------------------ prefill
+    def image_tokens(self, patches: Tensor, vision: Callable[[SiglipBlock, Tensor], Tensor] = block_on_rows) -> Tensor:
+        """Patches [N·P, 3·p·p] of N ≥ 1 images → image tokens [1, N·P, W]; ``vision`` runs each block (as
+        :class:`PrefixLayers`)."""
+        feats = self.vision_tower.embed_patches(patches)
+        for block in self.vision_tower.layers:
+            feats = vision(block, feats)
+        return self.project_images(self.vision_tower.post_layernorm(feats))
+
     def prefix_inputs(self, images: Tensor, image_mask: Tensor, tokens: Tensor) -> tuple[Tensor, Tensor]:
         """images [slots, 3, S, S], image_mask [slots] bool, tokens [n] → the patches of the valid images
         [N·P, 3·p·p] and the embedded prompt [1, n, W]: :meth:`prefix_network`'s inputs."""
@@ -229,10 +237,7 @@ class Pi05Model(nn.Module):
         run = layers or EAGER_LAYERS
         x = text
         if patches.shape[0]:
-            feats = self.vision_tower.embed_patches(patches)
-            for block in self.vision_tower.layers:
-                feats = run.vision(block, feats)
-            x = torch.cat((self.project_images(self.vision_tower.post_layernorm(feats)), text), dim=1)
+            x = torch.cat((self.image_tokens(patches, run.vision), text), dim=1)
         t = x.shape[1]
         cos, sin = self.rope.cos_sin(torch.arange(t, device=x.device).unsqueeze(0), self.dtype)
         text_mask = None

@@ -52,6 +52,7 @@ from oxygen_ros.interface.inputs import InputStore, Observation, ObservationErro
 from oxygen_ros.interface.outputs import JointLimits, final_text_topic, text_topic
 from oxygen_ros.runtime import InputError, PolicyRuntime, RuntimeConfig
 from oxygen_ros.runtime.alignment import ChunkTooLate, replan_due
+from oxygen_ros.runtime.startup import process_age_s
 
 from . import node_params
 from .ask_server import AskServer
@@ -117,6 +118,8 @@ class OxygenNode(Node):
         self._text_parts: dict[int, list[str]] = {}
         self._ports: list[RobotPorts] = []  # one per robot served, while configured
         self._grace_until = 0.0  # time.monotonic() until which not-yet-arrived inputs are not warned about
+        self._activated_at = 0.0  # time.monotonic() of the latest activation
+        self._awaiting_first_chunk: set[str] = set()  # robots with no chunk since it (the time is logged once)
         self._tick_wanted = threading.Event()
         self._stopping = threading.Event()
         self._model_thread: threading.Thread | None = None
@@ -173,6 +176,8 @@ class OxygenNode(Node):
             port.last_chunk_s = None  # the first tick after activation computes a chunk
             port.log.reset()
         self._grace_until = time.monotonic() + STARTUP_GRACE_S
+        self._activated_at = time.monotonic()
+        self._awaiting_first_chunk = {port.name for port in self._ports}
         self._create_subscriptions()
         self._create_timers()
         self._model_thread = threading.Thread(target=self._model_loop, name="oxygen-model", daemon=True)
@@ -554,8 +559,19 @@ class OxygenNode(Node):
         port.last_latency_s = latency_s
         now_ns = self._now_ns()
         port.diag.chunk_published(now_ns, time.perf_counter() - start)
+        if port.name in self._awaiting_first_chunk:
+            self._log_first_chunk(port.name)
         if obs.stamp_ns > 0:
             port.topic_stats.record_chunk_latency((now_ns - obs.stamp_ns) / 1e9)
+
+    def _log_first_chunk(self, robot: str) -> None:
+        """How long a robot waited for its first chunk: since activation, and since the process started (model
+        loading and compiling, or loading the compiled code from the cache, included)."""
+        self._awaiting_first_chunk.discard(robot)
+        age = process_age_s()
+        since_start = f", {age:.1f} s after the process started" if age is not None else ""
+        self.get_logger().info(f"first chunk{f' of {robot}' if robot else ''}: "
+                               f"{time.monotonic() - self._activated_at:.1f} s after activate{since_start}")
 
     def _on_decode(self) -> None:
         fixed = self.runtime.config.tokens_per_frame > 0  # k tokens per frame: one decode call per tick

@@ -26,7 +26,7 @@ from oxygen_ros.engine.modes import OxygenRunner
 from oxygen_ros.engine.policy import DeadlinePolicy, FixedTokensPolicy
 from oxygen_ros.model.checkpoint import CheckpointError, is_training_checkpoint, load_checkpoint, read_config
 from oxygen_ros.model.checkpoint_info import CheckpointInfo, preset_info
-from oxygen_ros.model.compiled import make_action_sampler
+from oxygen_ros.model.compiled import make_action_sampler, warm_up_rtc
 from oxygen_ros.model.compiled_prefill import make_prefiller
 from oxygen_ros.model.config import ModelConfig, preset
 from oxygen_ros.model.key_maps import VARIANTS
@@ -112,7 +112,7 @@ class PolicyRuntime:
         ]
         # Lanes: the action chunk and an overlapped decode step on threads of their own (oxygen mode).
         self.lanes = EngineLanes(model.device) if config.overlap_decode and config.engine_mode == "oxygen" else None
-        build = lambda: make_action_sampler(model, config.action_backend, _progress)  # noqa: E731
+        build = lambda: warm_up_rtc(make_action_sampler(model, config.action_backend, _progress), config.rtc)  # noqa: E731
         sampler = self.lanes.action.run(build) if self.lanes else build()  # compiled where it will run
         self.engine = Engine(
             model,

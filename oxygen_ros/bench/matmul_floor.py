@@ -1,0 +1,87 @@
+"""The floor of a prefill on this machine: its matrix products alone, same shapes, same dtype, same layouts.
+
+``MatmulFloor.capture`` runs one eager prefill under a dispatch mode that records every matrix product the
+weights take part in (``aten.linear`` as inference mode dispatches it, or ``mm``/``addmm``/``bmm``: the linear
+layers of the vision tower, the projector and the backbone) with its operands' shapes, strides and dtype; ``time_once`` replays them on fresh tensors of
+those layouts, one after the other as in the prefill, and returns their summed wall time. Attention (a fused
+kernel of its own) is not among them, so P ÷ this time is what the prefill spends beyond its matrix products
+(norms, GELU, RoPE, attention, copies): 1.0 would be a prefill that is nothing but its matrix products.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+MATMULS = {torch.ops.aten.linear.default, torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
+           torch.ops.aten.bmm.default}
+
+
+@dataclass(frozen=True)
+class Operand:
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+
+    def make(self, device: torch.device) -> torch.Tensor:
+        """A tensor of this shape and layout (a transposed weight stays transposed)."""
+        size = 1 + sum((n - 1) * s for n, s in zip(self.shape, self.stride))
+        return torch.randn(size, device=device).to(self.dtype).as_strided(self.shape, self.stride)
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[object, tuple[Operand, ...]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        if func in MATMULS:
+            self.calls.append((func, tuple(Operand(tuple(a.shape), tuple(a.stride()), a.dtype)
+                                           for a in args if isinstance(a, torch.Tensor))))
+        return func(*args, **(kwargs or {}))
+
+
+class MatmulFloor:
+    """The matrix products of one prefill, replayable alone."""
+
+    def __init__(self, calls: list[tuple[object, tuple[Operand, ...]]], device: torch.device) -> None:
+        self.device = device
+        self.count = len(calls)
+        self.flops = sum(_flops(func, ops) for func, ops in calls)
+        self._calls = [(func, tuple(o.make(device) for o in ops)) for func, ops in calls]
+
+    @classmethod
+    def capture(cls, prefill: Callable[[], object], device: torch.device) -> "MatmulFloor":
+        recorder = _Recorder()
+        with torch.inference_mode(), recorder:
+            prefill()
+        return cls(recorder.calls, device)
+
+    @torch.inference_mode()
+    def time_once(self) -> float:
+        """Seconds for all the products, in the prefill's order (the caller takes a median over rounds)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        t0 = time.perf_counter()
+        for func, tensors in self._calls:
+            func(*tensors)  # type: ignore[operator]
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter() - t0
+
+
+def _flops(func: object, ops: tuple[Operand, ...]) -> int:
+    """2·M·N·K of one product: linear(x [..., K], W [N, K], bias?), addmm(bias, a, b), mm(a, b), bmm(a, b)."""
+    if func is torch.ops.aten.linear.default:
+        x, w = ops[0].shape, ops[1].shape
+        rows = 1
+        for n in x[:-1]:
+            rows *= n
+        return 2 * rows * w[0] * w[1]
+    a, b = ops[-2].shape, ops[-1].shape
+    batch = a[0] if func is torch.ops.aten.bmm.default else 1
+    return 2 * batch * a[-2] * a[-1] * b[-1]
