@@ -119,3 +119,17 @@ def test_model_outputs_invert_openpis_output_transforms() -> None:
     back[:, np.array(mask)] += adapter.state_in(state)[np.array(mask)]
     np.testing.assert_allclose(adapter.actions_out(back), actions, atol=1e-5)
     np.testing.assert_allclose(adapter.actions_out(encode_actions_inv(actions)), actions, atol=1e-12)
+
+
+def test_expert_command_prints_its_success_as_the_last_json_line(capsys) -> None:
+    from oxygen_ros.sim.cli import main
+
+    assert main(["expert", "--env", "aloha_transfer_cube", "--episodes", "2", "--seed", "11", "--quiet"]) == 0
+    import json
+
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["success_rate"] == 1.0 and summary["episodes"] == 2 and 200 < summary["mean_success_step"] < 260
+    assert main(["expert", "--env", "aloha_insertion", "--episodes", "1"]) == 2
+    assert "no scripted expert for aloha_insertion" in capsys.readouterr().err
+    assert main(["eval", "--env", "aloha_transfer_cube", "--episodes", "1"]) == 2  # the table-top demo's file
+    assert "needs --params-file" in capsys.readouterr().err

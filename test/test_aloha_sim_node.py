@@ -158,3 +158,20 @@ def test_oxygen_node_with_aloha_yaml_and_a_small_pi05_closes_the_loop(tmp_path) 
     assert float(d["chunk_latency_s max"]) == 0.0  # observation to published chunk in sim time: lockstep
     assert int(d["chunks_published"]) >= s["queries"] - 1  # the last report: up to 0.2 s of sim time before the end
     assert float(d["input_age_s /cam_high/image_raw max"]) == 0.0
+
+
+def test_sim_node_at_wall_clock_pace_without_a_policy(ros_context) -> None:
+    """lockstep: false runs the steps at the wall clock's pace, waiting for nobody; bad wiring is refused at start."""
+    node, executor = make_test_node("aloha_clock_listener")
+    clock = Collector(node, Clock, "/clock", RELIABLE)
+    args = ["-p", "lockstep:=false", "-p", "wait_for_commander_s:=0.0", "-p", "episodes:=1", "-p", "episode_steps:=40",
+            "-p", "image_width:=32", "-p", "image_height:=32", "-p", "fast_render:=true", "-p", "exit_when_done:=false"]  # fmt: skip
+    with NodeProcess([REPO / "config" / "aloha_sim.yaml"], module="oxygen_ros.ros.sim_main", ros_args=args) as sim:
+        assert spin_until(executor, lambda: len(clock) >= 20, timeout=60), sim.output()
+        first, twentieth = clock.times[0], clock.times[19]
+        assert 0.3 < twentieth - first < 3.0  # 19 steps of 20 ms: never faster than the wall clock
+    bad = NodeProcess([REPO / "config" / "aloha_sim.yaml"], module="oxygen_ros.ros.sim_main",
+                      ros_args=["-p", "camera_names:=[top, cam_low, right_wrist]"]).start()  # fmt: skip
+    assert bad.wait(timeout=60) == 1 and "camera_names ['cam_low'] are not cameras of the scene" in bad.output()
+    executor.shutdown()
+    node.destroy_node()

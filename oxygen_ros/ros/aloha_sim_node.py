@@ -115,6 +115,7 @@ class AlohaSimNode(Node):
         for arm, topic in enumerate(v["gripper_command_topics"]):
             self.create_subscription(Float64MultiArray, topic, lambda m, a=arm: self._on_gripper(a, m), RELIABLE)
         self._stop = threading.Event()
+        self._origin: float | None = None
         self._thread = threading.Thread(target=self._run, name="aloha_sim", daemon=True)
         self.get_logger().info(
             f"ready: ALOHA {v['task']}, {v['episodes']} episodes from seed {v['seed']}, cameras {list(v['camera_names'])} "
@@ -230,7 +231,8 @@ class AlohaSimNode(Node):
             self.get_logger().info(f"episode {ended.index + 1}: {outcome}")
 
     def _pace_origin(self) -> float:
-        if not hasattr(self, "_origin"):
+        """The wall time (monotonic) at which sim time 0 was, for lockstep: false."""
+        if self._origin is None:
             self._origin = time.monotonic() - self.driver.time_ns / 1e9
         return self._origin
 

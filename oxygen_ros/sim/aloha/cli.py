@@ -103,6 +103,12 @@ def evaluate(args: argparse.Namespace) -> int:
     from oxygen_ros.runtime import RuntimeLoadError
     from oxygen_ros.runtime.params_file import ParamsFileError
 
+    from ..cli import DEFAULT_PARAMS
+
+    if Path(args.params_file).resolve() == DEFAULT_PARAMS.resolve():
+        print(f"oxygen-sim: --env {args.env} needs --params-file: your copy of config/robots/aloha.yaml with your "
+              "checkpoint (the default file is the table-top demo's)", file=sys.stderr)  # fmt: skip
+        return 2
     try:
         values = node_values(args.params_file)
     except (OSError, ParamsFileError) as exc:
