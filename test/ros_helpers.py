@@ -300,6 +300,9 @@ class FakeRuntime:
     def cancel(self, request_id: int) -> list[Any]:
         return []
 
+    def take_peaks(self) -> tuple[int, int]:
+        return 0, 0
+
     def stats(self) -> Any:
         from types import SimpleNamespace
 

@@ -611,6 +611,10 @@ class Engine:
             self._owner.pop(rid, None)
         return events
 
+    def take_peaks(self) -> tuple[int, int]:
+        """Peak KV bytes and live requests since the previous call (``KVCacheManager.take_peaks``)."""
+        return self.kv.take_peaks()
+
     def stats(self) -> EngineStats:
         kv = self.kv.stats()
         return EngineStats(

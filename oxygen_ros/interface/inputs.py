@@ -8,6 +8,10 @@ time when the stamp is zero) is more than `max_age` away from now is stale.
 A refused or stale input never yields a chunk built from something else: a required camera, the joint
 state or the instruction that is bad, stale or missing makes the snapshot fail with an `ObservationError`
 naming the reason; an optional camera in that state is a masked slot instead.
+
+When the clock jumps, `restart` drops the images and joint states received before the jump (their stamps
+belong to the other timeline); until a new one arrives the snapshot fails with the kind "after_clock_jump"
+rather than "stale_*" or "missing_*". The instruction is kept: it is not tied to a time.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["InputStore", "KNOWN_COUNTERS", "Observation", "ObservationError"]
+__all__ = ["AFTER_CLOCK_JUMP", "InputStore", "KNOWN_COUNTERS", "Observation", "ObservationError"]
 
 # rejected_*: messages refused on arrival (dropped); skipped_*: ticks without a chunk, by reason;
 # masked_slot: ticks where an optional camera was masked.
@@ -27,8 +31,9 @@ KNOWN_COUNTERS = (
     "rejected_image", "rejected_joint_state", "rejected_instruction", "masked_slot",
     "skipped_missing_image", "skipped_rejected_image", "skipped_stale_image", "skipped_no_camera",
     "skipped_missing_joint_state", "skipped_rejected_joint_state", "skipped_stale_joint_state",
-    "skipped_missing_instruction", "skipped_rejected_instruction",
+    "skipped_missing_instruction", "skipped_rejected_instruction", "skipped_after_clock_jump",
 )
+AFTER_CLOCK_JUMP = "after_clock_jump"
 
 
 class ObservationError(Exception):
@@ -48,6 +53,11 @@ class _Sample:
     stamp_ns: int
     recv_ns: int
     frame_id: str = ""
+
+    @property
+    def dropped_at_jump(self) -> bool:
+        """A placeholder for an input dropped at a clock jump (neither a value nor a refusal)."""
+        return self.value is None and self.error is None
 
     def age_ns(self, now_ns: int) -> int:
         """Distance from now, in either direction (a stamp far in the future is as wrong as an old one)."""
@@ -147,6 +157,17 @@ class InputStore:
                 self._counters["rejected_instruction"] += 1
         return reason
 
+    def restart(self) -> int:
+        """The clock jumped: drop the images and joint states received before (the instruction stays).
+        Returns how many inputs were dropped."""
+        placeholder = _Sample(None, None, 0, 0)
+        with self._lock:
+            dropped = sum(s is not None and not s.dropped_at_jump for s in (*self._images, self._state))
+            self._images = [placeholder if s is not None else None for s in self._images]
+            if self._state is not None:
+                self._state = placeholder
+        return dropped
+
     def instruction(self) -> str | None:
         """The instruction in use (None: none arrived, or the latest was refused)."""
         with self._lock:
@@ -174,7 +195,8 @@ class InputStore:
             if image is None:
                 if not self.optional[slot]:
                     raise ObservationError(kind, reason)
-                self._counters["masked_slot"] += 1
+                if kind != AFTER_CLOCK_JUMP:  # not yet sent again since the jump: no camera problem
+                    self._counters["masked_slot"] += 1
                 masked.append(slot)
             elif stamp_ns is None:
                 sample = self._images[slot]
@@ -182,6 +204,8 @@ class InputStore:
                 stamp_ns, frame_id = sample.stamp_ns, sample.frame_id
             images.append(image)
         if stamp_ns is None:
+            if any(s is not None and s.dropped_at_jump for s in self._images):
+                raise ObservationError(AFTER_CLOCK_JUMP, "no camera image since the clock jumped")
             raise ObservationError("no_camera", "no usable camera image in any slot")
         state = self._joint_state(now_ns, max_age_ns)
         instruction = self._current_instruction(default_instruction)
@@ -192,6 +216,8 @@ class InputStore:
         where = f"camera slot {slot} ({self.cameras[slot]})"
         if sample is None:
             return None, "missing_image", f"{where}: no image received yet"
+        if sample.dropped_at_jump:
+            return None, AFTER_CLOCK_JUMP, f"{where}: no image since the clock jumped"
         if sample.error is not None:
             return None, "rejected_image", sample.error
         age = sample.age_ns(now_ns)
@@ -205,6 +231,8 @@ class InputStore:
         sample = self._state
         if sample is None:
             raise ObservationError("missing_joint_state", "no joint state received yet")
+        if sample.dropped_at_jump:
+            raise ObservationError(AFTER_CLOCK_JUMP, "no joint state since the clock jumped")
         if sample.error is not None:
             raise ObservationError("rejected_joint_state", sample.error)
         age = sample.age_ns(now_ns)
@@ -231,7 +259,8 @@ class InputStore:
             samples = {topic: self._images[slot] for slot, topic in enumerate(self.cameras) if topic}
             if self.use_state:
                 samples["joint_states"] = self._state
-        return {topic: None if s is None else (now_ns - (s.stamp_ns or s.recv_ns)) / 1e9 for topic, s in samples.items()}
+        return {topic: None if s is None or s.dropped_at_jump else (now_ns - (s.stamp_ns or s.recv_ns)) / 1e9
+                for topic, s in samples.items()}
 
     # ----------------------------------------------------------------------------- counters
     def count(self, kind: str, n: int = 1) -> None:

@@ -87,6 +87,7 @@ class KVCacheManager:
         self._next_prefix_id = 0
         self._next_request_id = 0
         self._refused = self._admitted = self._finished = 0
+        self._peak_running = 0  # the most live requests at once since `take_peaks`
 
     # -- prefixes ---------------------------------------------------------------------------------
     @property
@@ -201,6 +202,7 @@ class KVCacheManager:
         if created_at is not None:
             request.created_at = created_at  # latency counts the time spent waiting
         self._running[rid] = request
+        self._peak_running = max(self._peak_running, len(self._running))
         self._admitted += 1
         return request
 
@@ -269,6 +271,16 @@ class KVCacheManager:
             live_prefixes=len(self._prefixes), live_requests=len(self._running), waiting=len(self._waiting),
             refused_total=self._refused, admitted_total=self._admitted, finished_total=self._finished,
             scratch_in_use=bool(self._scratch_users))
+
+    def take_peaks(self) -> tuple[int, int]:
+        """The peak KV bytes in use (as ``stats().used_bytes`` counts them) and the peak of live requests since
+        the previous call; both start again from the current values. Requests may start and end between two
+        looks at ``stats``: the peaks are what was held at once."""
+        reserved = self.reserved_tokens * self.pool.bytes_per_token
+        peaks = (max(0, self.pool.peak_used_tokens * self.pool.bytes_per_token - reserved), self._peak_running)
+        self.pool.restart_peak()
+        self._peak_running = len(self._running)
+        return peaks
 
     def close(self) -> None:
         """Cancel every request, drop waiting specs and release every prefix, whoever holds it."""

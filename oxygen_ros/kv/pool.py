@@ -57,6 +57,7 @@ class KVPool:
         self._free: list[tuple[int, int]] = [(0, capacity_tokens)]  # (start, length), sorted by start
         self._allocated: dict[int, int] = {}  # start -> length of each live extent
         self.used_tokens = 0
+        self.peak_used_tokens = 0  # the most slots in use at once since `restart_peak`
 
     @staticmethod
     def token_bytes(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
@@ -114,8 +115,13 @@ class KVPool:
                     self._free[i] = (start + n_tokens, length - n_tokens)
                 self._allocated[start] = n_tokens
                 self.used_tokens += n_tokens
+                self.peak_used_tokens = max(self.peak_used_tokens, self.used_tokens)
                 return Extent(start, n_tokens)
         return None
+
+    def restart_peak(self) -> None:
+        """Measure the peak from now on (it starts at what is in use now)."""
+        self.peak_used_tokens = self.used_tokens
 
     def free(self, extent: Extent) -> None:
         """Return ``extent`` to the free list, merging it with adjacent free ranges."""

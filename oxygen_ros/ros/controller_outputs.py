@@ -69,7 +69,8 @@ class ControllerOutputs:
         return clamped
 
     def stop(self) -> None:
-        """No chunk any more (deactivated): velocity and twist outputs get their zero command."""
+        """No chunk any more (deactivated, or the clock jumped and the chunk's start time belongs to the other
+        timeline): velocity and twist outputs get their zero command."""
         self.stream.clear()
         self._on_stream()
 

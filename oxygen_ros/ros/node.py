@@ -15,7 +15,11 @@ gathers the frames of every robot that is due and has usable inputs and runs the
 robot's text advances in the same decode steps. Each robot may have its own control rate
 (`robot_control_rates_hz`): the timer then fires at the fastest, and `RobotClocks` says who is due.
 
-Every time is the node clock's (`use_sim_time` and bag replay work). Bad inputs give a throttled warning,
+Every time is the node clock's (`use_sim_time` and bag replay work). When that clock jumps (a looped bag's
+`/clock` goes back, a simulator skips ahead: `ClockJumpWatch`), everything timed on the old timeline is dropped
+or restarted — the inputs received before, the last chunk's tick (replan), the measured latency (time
+alignment), the real-time-chunking guide, the diagnostics' windows, the streamed outputs' chunk, the robots'
+tick schedule — and one info line says so; a chunk computed across the jump is not published. Bad inputs give a throttled warning,
 a counter in /diagnostics and no chunk for that tick; the node keeps running. All model and KV logic lives
 behind the runtime facade.
 
@@ -48,10 +52,11 @@ from std_msgs.msg import String
 
 from oxygen_ros.interface import settings as S
 from oxygen_ros.interface.convert import action_chunk_msg, compressed_image_to_array, image_to_array, joint_positions, stamp_to_ns, text_delta_msg
-from oxygen_ros.interface.inputs import InputStore, Observation, ObservationError
+from oxygen_ros.interface.inputs import AFTER_CLOCK_JUMP, InputStore, Observation, ObservationError
 from oxygen_ros.interface.outputs import JointLimits, final_text_topic, text_topic
 from oxygen_ros.runtime import InputError, PolicyRuntime, RuntimeConfig
 from oxygen_ros.runtime.alignment import ChunkTooLate, replan_due
+from oxygen_ros.runtime.clock_jumps import ClockJump
 from oxygen_ros.runtime.startup import process_age_s
 
 from . import node_params
@@ -62,6 +67,7 @@ from .diagnostics import Diagnostics, diagnostic_array
 from .robot_clocks import RobotClocks
 from .robot_log import RobotLog
 from .robot_ports import RobotPorts, TextPublishers, diagnostics_prefix
+from .time_jumps import ClockJumpWatch
 from .topic_stats import TopicStatistics
 
 __all__ = ["OxygenNode", "RuntimeLoader"]
@@ -125,6 +131,10 @@ class OxygenNode(Node):
         self._model_thread: threading.Thread | None = None
         self._control_timer: Any = None
         self._clocks: RobotClocks | None = None  # several robots: who each control tick serves
+        self._jump_lock = threading.Lock()
+        self._timeline = 0  # clock jumps so far: a tick that saw another value computed across a jump
+        self._pending_jumps: list[ClockJump] = []  # reported, not yet restarted by the model thread
+        self._jumped_at_ns: int | None = None  # node-clock time of the latest jump the model thread restarted from
 
         self._timer_group = MutuallyExclusiveCallbackGroup()
         self._input_group = ReentrantCallbackGroup()
@@ -140,6 +150,7 @@ class OxygenNode(Node):
         }
         self._diag_timer = self.create_timer(float(self._values["diagnostics_period_s"]), self._on_diagnostics,
                                              callback_group=self._diag_group)
+        self._jump_watch = ClockJumpWatch(self.get_clock(), self._on_clock_jump)
         if not managed:
             self._configure()
             self._activate()
@@ -175,6 +186,9 @@ class OxygenNode(Node):
         for port in self._ports:
             port.last_chunk_s = None  # the first tick after activation computes a chunk
             port.log.reset()
+        with self._jump_lock:
+            self._pending_jumps.clear()
+        self._jumped_at_ns = None
         self._grace_until = time.monotonic() + STARTUP_GRACE_S
         self._activated_at = time.monotonic()
         self._awaiting_first_chunk = {port.name for port in self._ports}
@@ -457,6 +471,8 @@ class OxygenNode(Node):
         """One control tick: the frame of every robot that is due and has usable inputs, one engine tick for
         them all, then each robot's chunk and controller commands."""
         s, rt = self.settings, self.runtime
+        self._jump_watch.check(self._now_ns())  # system time stepped (under sim time rcl reports jumps itself)
+        timeline = self._restart_after_jumps()
         now_s = self._now_ns() / 1e9
         clocks = self._clocks
         mine = None if clocks is None else set(clocks.due(now_s))  # several robots: those whose own tick came
@@ -492,9 +508,11 @@ class OxygenNode(Node):
                 self._engine_error(port, "control tick", exc)
             return
         finally:
-            stats = rt.stats()
+            self._record_engine(served)
+        if self._timeline != timeline:  # the clock jumped during the tick: the chunks belong to the other timeline
             for port in served:
-                port.diag.engine(stats)
+                rt.forget_chunk(port.key)
+            return
         for port in served:
             result = results[port.key]
             port.last_chunk_s = now_s
@@ -558,7 +576,7 @@ class OxygenNode(Node):
                 port.diag.clamped(clamped)
         port.last_latency_s = latency_s
         now_ns = self._now_ns()
-        port.diag.chunk_published(now_ns, time.perf_counter() - start)
+        port.diag.chunk_published(now_ns, time.perf_counter() - start, obs.stamp_ns)
         if port.name in self._awaiting_first_chunk:
             self._log_first_chunk(port.name)
         if obs.stamp_ns > 0:
@@ -589,9 +607,13 @@ class OxygenNode(Node):
             for port in self._ports:
                 self._engine_error(port, "text decode", exc)
         finally:
-            stats = self.runtime.stats()
-            for port in self._ports:
-                port.diag.engine(stats)
+            self._record_engine(self._ports)
+
+    def _record_engine(self, ports: Sequence[RobotPorts]) -> None:
+        """The engine's statistics and its peaks since the last look, for these robots' diagnostics."""
+        stats, peaks, now_ns = self.runtime.stats(), self.runtime.take_peaks(), self._now_ns()
+        for port in ports:
+            port.diag.engine(stats, now_ns, peaks)
 
     def _publish_events(self, events: Sequence[Any]) -> None:
         """Publish TextDelta per event and, on a request's final event, its whole text as String, each on the
@@ -627,6 +649,11 @@ class OxygenNode(Node):
             port.diag.tokens(now, tokens)
 
     def _skip(self, port: RobotPorts, kind: str, message: str) -> None:
+        if kind == AFTER_CLOCK_JUMP and self._jumped_at_ns is not None:
+            waited_s = (self._now_ns() - self._jumped_at_ns) / 1e9
+            if waited_s <= self._jump_grace_s(port):  # the inputs of the new timeline are on their way
+                port.diag.tick_waiting(message)
+                return
         port.diag.tick_skipped(f"{kind}: {message}")
         if kind in STARTUP_KINDS and port.last_chunk_s is None and time.monotonic() < self._grace_until:
             port.log.waiting(message)
@@ -634,6 +661,58 @@ class OxygenNode(Node):
             port.log.inputs_lost(message)  # one line; /diagnostics shows the reason every period
         else:
             port.log.warn(kind, f"no action chunk this tick: {message}")
+
+    # ------------------------------------------------------------------------------ clock jumps
+    def _on_clock_jump(self, jump: ClockJump) -> None:
+        """The node clock jumped (called from the thread that moved it). What other threads read is dropped at
+        once (inputs, diagnostics windows, the streamed chunk); the model thread restarts its own timing at its
+        next tick (`_restart_after_jumps`), and a tick running now publishes nothing."""
+        with self._jump_lock:
+            self._timeline += 1
+            self._pending_jumps.append(jump)
+        ports = list(self._ports)
+        dropped = 0
+        for port in ports:
+            dropped += port.store.restart()
+            port.diag.clock_jumped(jump)
+            if port.outputs is not None and port.outputs.streamed:
+                port.outputs.stop()
+        if self.active or self._ready:
+            self.get_logger().info(f"{jump.describe()}: {self._what_restarts(ports, dropped)}")
+
+    def _what_restarts(self, ports: Sequence[RobotPorts], dropped: int) -> str:
+        """The info line's list of what a jump restarts, as configured."""
+        rt = self.runtime
+        parts = [
+            f"{'replanning every ' + str(rt.n_action_steps) + ' steps from now' if rt.config.replan == 'n_action_steps' else 'the last chunk'}",
+            "time alignment (latency measured anew)",
+            *(["real-time-chunking guide"] if rt.config.rtc else []),
+            f"inputs received before the jump ({dropped} dropped; stale-input ages start again)",
+            "rate and silence windows of /diagnostics",
+            *(["streamed outputs (zero command until the next chunk)"] if any(p.outputs and p.outputs.streamed for p in ports) else []),
+            *(["the robots' tick schedule"] if self._clocks is not None else []),
+        ]
+        who = f" of robots {', '.join(p.name for p in ports)}" if self.settings.robots else ""
+        return f"restarted the timing{who}: " + "; ".join(parts)
+
+    def _restart_after_jumps(self) -> int:
+        """In the model thread, before a tick: restart what it times after jumps reported since the last tick.
+        Returns the timeline the tick runs on."""
+        with self._jump_lock:
+            jumps, self._pending_jumps = self._pending_jumps, []
+            timeline = self._timeline
+        if jumps:
+            for port in self._ports:
+                port.last_chunk_s = None  # replan at once
+                port.last_latency_s = 0.0  # measured anew: one across the jump means nothing
+                self.runtime.forget_chunk(port.key)  # no real-time-chunking guide toward the other timeline
+            self._clocks = self._robot_clocks()  # every robot due at the next tick
+            self._jumped_at_ns = jumps[-1].now_ns
+        return timeline
+
+    def _jump_grace_s(self, port: RobotPorts) -> float:
+        """How long after a jump missing inputs are expected (the diagnostics' silence limit)."""
+        return max(1.0, 3 * self.settings.for_robot(port.name).control_period_s)
 
     def _engine_error(self, port: RobotPorts, where: str, exc: BaseException) -> None:
         message = f"{where} failed: {type(exc).__name__}: {exc}"
@@ -690,6 +769,7 @@ class OxygenNode(Node):
 
     # ------------------------------------------------------------------------------- shutdown
     def destroy_node(self) -> None:
+        self._jump_watch.close()
         for ask in self._asks.values():
             ask.destroy()
         super().destroy_node()

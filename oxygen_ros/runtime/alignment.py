@@ -57,10 +57,11 @@ def replan_due(
     now_s: float, last_chunk_s: float | None, replan: str, n_action_steps: int, step_period_s: float, slack_s: float = 0.0
 ) -> bool:
     """Whether a tick at ``now_s`` computes a new chunk: every tick (``tick``), or once ``n_action_steps``
-    steps have passed since the tick of the last chunk (``n_action_steps``; ``slack_s`` absorbs timer jitter)."""
+    steps have passed since the tick of the last chunk (``n_action_steps``; ``slack_s`` absorbs timer jitter).
+    A last chunk later than now belongs to a timeline the clock jumped back from: replan."""
     if replan not in REPLAN:
         raise ValueError(f"replan must be one of {list(REPLAN)}, got {replan!r}")
-    if replan == "tick" or last_chunk_s is None:
+    if replan == "tick" or last_chunk_s is None or now_s < last_chunk_s:
         return True
     return now_s >= last_chunk_s + n_action_steps * step_period_s - slack_s
 

@@ -555,6 +555,10 @@ class PolicyRuntime:
     def stats(self) -> EngineStats:
         return self.engine.stats()
 
+    def take_peaks(self) -> tuple[int, int]:
+        """Peak KV bytes in use and peak live text requests since the previous call (for /diagnostics)."""
+        return self.engine.take_peaks()
+
 
 def dim_ranges(dims: Sequence[int]) -> str:
     """[0, 1, 2, 3, 4, 5, 7] → "[0..5, 7]"."""

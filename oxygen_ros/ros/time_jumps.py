@@ -1,0 +1,58 @@
+"""Noticing jumps of the node clock as ROS does (tf2's buffer uses the same callbacks).
+
+Under `use_sim_time` the node clock follows `/clock`, and rcl calls the clock's jump callbacks when a `/clock`
+message moves it back (any amount, as tf2_ros does) or forward by more than `FORWARD_JUMP_S`, and when ROS time
+is switched on or off. The first `/clock` message moves the clock from 0: that is the clock starting, not a
+jump. Under system time rcl calls no jump callback, so `check` (called at each control tick) compares the
+clock with the monotonic clock instead.
+
+`on_jump` is called from the thread that updated the clock (an executor thread for `/clock`) or from the
+caller of `check`; it must be quick and must not block.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from rclpy.clock import ClockChange, JumpHandle, JumpThreshold, ROSClock, TimeJump
+from rclpy.duration import Duration
+
+from oxygen_ros.runtime.clock_jumps import FORWARD_JUMP_S, ClockJump, MonotonicCheck
+
+__all__ = ["ClockJumpWatch"]
+
+_CHANGES = {ClockChange.ROS_TIME_ACTIVATED: "ROS time activated", ClockChange.ROS_TIME_DEACTIVATED: "ROS time deactivated"}
+
+
+class ClockJumpWatch:
+    def __init__(self, clock: ROSClock, on_jump: Callable[[ClockJump], None], forward_s: float = FORWARD_JUMP_S) -> None:
+        self.clock = clock
+        self.on_jump = on_jump
+        self._monotonic = MonotonicCheck(forward_s)
+        threshold = JumpThreshold(min_forward=Duration(nanoseconds=int(forward_s * 1e9)),
+                                  min_backward=Duration(nanoseconds=-1), on_clock_change=True)  # fmt: skip
+        self._handle: JumpHandle | None = clock.create_jump_callback(threshold, post_callback=self._on_time_jump)
+
+    def _on_time_jump(self, jump: TimeJump) -> None:
+        now_ns = self.clock.now().nanoseconds
+        delta_ns = jump.delta.nanoseconds
+        self._monotonic.restart()
+        change = _CHANGES.get(jump.clock_change, "")
+        if not change and now_ns - delta_ns <= 0:
+            return  # the first /clock message: sim time starts
+        self.on_jump(ClockJump(delta_ns, now_ns, "/clock" if self.clock.ros_time_is_active else "clock", change))
+
+    def check(self, now_ns: int) -> None:
+        """At a control tick, with the node clock's reading: under system time, a jump the monotonic clock shows."""
+        if self.clock.ros_time_is_active:  # rcl watches ROS time and calls `_on_time_jump`
+            self._monotonic.restart()
+            return
+        jump = self._monotonic.check(now_ns, time.monotonic_ns())
+        if jump is not None:
+            self.on_jump(jump)
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.unregister()
+            self._handle = None
