@@ -35,7 +35,8 @@ from oxygen_ros.interface.convert import array_to_image, ns_to_stamp, stamp_to_n
 from oxygen_ros.ros.diagnostics import Diagnostics
 from oxygen_ros.interface.inputs import InputStore, ObservationError
 from oxygen_ros.interface import params as P
-from oxygen_ros.ros.node import INSTRUCTION_QOS, OxygenNode
+from oxygen_ros.ros.instruction_sub import HISTORY_QOS as LATCHED
+from oxygen_ros.ros.node import OxygenNode
 from oxygen_ros.interface.outputs import JointLimits, trajectory_msg
 
 from ros_helpers import REPO, Collector, FakeRuntime, NodeProcess, make_test_node, spin_for, spin_until, wait_for_match, write_params
@@ -389,7 +390,7 @@ class Robot:
         self.wrist_pub = node.create_publisher(
             CompressedImage, f"{namespace}/camera/wrist/image_raw/compressed", qos_profile_sensor_data)
         self.joint_pub = node.create_publisher(JointState, f"{namespace}/joint_states", qos_profile_sensor_data)
-        self.instruction_pub = node.create_publisher(String, f"{me}/instruction", INSTRUCTION_QOS)
+        self.instruction_pub = node.create_publisher(String, f"{me}/instruction", LATCHED)
         self.chunks = Collector(node, ActionChunk, f"{me}/action_chunk", RELIABLE)
         self.trajectories = Collector(node, JointTrajectory, f"{namespace}/joint_trajectory_controller/joint_trajectory", RELIABLE)
         self.deltas = {t: Collector(node, TextDelta, f"{me}/text/{t}", RELIABLE) for t in ("language", "memory")}

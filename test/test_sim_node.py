@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
@@ -12,17 +13,22 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from ros_helpers import REPO, Collector, NodeProcess, spin_until, wait_for_match, write_params
 
-from oxygen_ros.interface.convert import image_to_array
+from oxygen_ros.interface.convert import image_to_array, stamp_to_ns
 
 LATCHED = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 NS = "/robot1"
 
 
-def test_policy_drives_the_simulated_arm_over_dds(ros, tmp_path) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("sim_time", [False, True], ids=["wall-clock", "sim-time"])
+def test_policy_drives_the_simulated_arm_over_dds(ros, tmp_path, sim_time: bool) -> None:  # noqa: ANN001
+    """With sim_time the simulator publishes its own time on /clock and the policy node follows it: every stamp
+    on both sides is simulated time (which starts near 0), not the wall clock."""
     node, executor = ros
     sim_params = write_params(tmp_path / "sim.yaml", {"episodes": 2, "seed": 7, "time_limit_s": 2.0, "settle_s": 0.3,
-                                                      "instructions": ["", "pick up the purple cup"]})  # fmt: skip
-    tiny = write_params(tmp_path / "tiny.yaml", {"checkpoint": "", "tokenizer": "", "model_preset": "tiny"})
+                                                      "instructions": ["", "pick up the purple cup"],
+                                                      "publish_clock": sim_time})  # fmt: skip
+    tiny = write_params(tmp_path / "tiny.yaml", {"checkpoint": "", "tokenizer": "", "model_preset": "tiny",
+                                                 "use_sim_time": sim_time})  # fmt: skip
     episodes = Collector(node, String, f"{NS}/oxygen_sim_node/episode", LATCHED)
     joints = Collector(node, JointState, f"{NS}/joint_states", qos_profile_sensor_data)
     wrist = Collector(node, Image, f"{NS}/camera/wrist/image_raw", qos_profile_sensor_data)
@@ -45,6 +51,10 @@ def test_policy_drives_the_simulated_arm_over_dds(ros, tmp_path) -> None:  # noq
     assert list(joints.messages[0].name) == ["arm_yaw", "arm_shoulder", "arm_elbow", "gripper"]
     assert np.ptp(positions[:, :3], axis=0).max() > 0.01  # the arm moved under the policy's trajectories
     assert image_to_array(wrist.messages[-1]).shape == (64, 64, 3)
+    stamps = [stamp_to_ns(m.header.stamp) for m in (*joints.messages, *trajectories.messages, *wrist.messages)]
+    simulated = [0 < s < 3600 * 10**9 for s in stamps if s]  # sim time starts at one physics step
+    assert simulated and all(simulated) if sim_time else not any(simulated)
+    assert all(0 < e["stamp_ns"] < 3600 * 10**9 for e in events) == sim_time
 
 
 def test_sim_node_refuses_bad_trajectories_and_keeps_running(ros, tmp_path) -> None:  # noqa: ANN001

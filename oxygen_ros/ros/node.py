@@ -44,8 +44,8 @@ from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.publisher import Publisher
-from rclpy.event_handler import QoSRequestedIncompatibleQoSInfo, SubscriptionEventCallbacks
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_policy_name_from_kind, qos_profile_sensor_data
+from rclpy.event_handler import QoSRequestedIncompatibleQoSInfo
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_policy_name_from_kind, qos_profile_sensor_data
 from rcl_interfaces.msg import SetParametersResult
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
@@ -64,6 +64,7 @@ from .ask_server import AskServer
 from .controller_outputs import ControllerOutputs
 from oxygen_ros.interface.topic_names import robot_topic
 from .diagnostics import Diagnostics, diagnostic_array
+from .instruction_sub import InstructionSubscription
 from .robot_clocks import RobotClocks
 from .robot_log import RobotLog
 from .robot_ports import RobotPorts, TextPublishers, diagnostics_prefix
@@ -76,11 +77,6 @@ RuntimeLoader = Callable[[RuntimeConfig], Any]  # PolicyRuntime.load or a test d
 
 RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 TEXT_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)  # deltas must not be lost
-# The instruction is read by two subscriptions: a latched (transient local) one gets the last instruction of a
-# latched publisher that published before the node started; a volatile one also takes plain publishers such as
-# `ros2 topic pub` (a transient local reader refuses a volatile writer as incompatible).
-INSTRUCTION_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-INSTRUCTION_LIVE_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
 # Until the first chunk, or this long after activation, inputs that have not arrived yet (the robot or the
 # simulator is still starting) are expected: one info line, no warnings.
 STARTUP_GRACE_S = 30.0
@@ -234,6 +230,9 @@ class OxygenNode(Node):
             for sub in port.subscriptions:
                 self.destroy_subscription(sub)
             port.subscriptions = []
+            if port.instruction is not None:
+                port.instruction.close()
+                port.instruction = None
         return ended
 
     def _cleanup(self) -> None:
@@ -350,11 +349,8 @@ class OxygenNode(Node):
         if s.joint_names:
             subs.append(self.create_subscription(JointState, port.topic(s.joint_state_topic), partial(self._on_joint_state, port),
                                                  qos_profile_sensor_data, callback_group=self._input_group))
-        quiet = SubscriptionEventCallbacks(incompatible_qos=lambda event: None)  # the volatile one reads that writer
-        warn = SubscriptionEventCallbacks(incompatible_qos=partial(self._on_incompatible_instruction, port))
-        for qos, events in ((INSTRUCTION_QOS, quiet), (INSTRUCTION_LIVE_QOS, warn)):
-            subs.append(self.create_subscription(String, port.topic(s.instruction_topic), partial(self._on_instruction, port),
-                                                 qos, callback_group=self._input_group, event_callbacks=events))
+        port.instruction = InstructionSubscription(self, port.topic(s.instruction_topic), partial(self._on_instruction, port),
+                                                   partial(self._on_incompatible_instruction, port), self._input_group)  # fmt: skip
         return subs
 
     def _create_timers(self) -> None:

@@ -7,7 +7,12 @@ velocity forward_command_controller's `std_msgs/Float64MultiArray`; it runs the 
 one after another (`oxygen_ros.sim.runner`) and reports each start and outcome as JSON on ``~/episode``,
 and the true subtask, scene note and answers to the demo's questions (``questions.scene_answers``) whenever
 they change on ``~/labels`` (to judge the policy's text).
-All times are the node clock's. Topic names are relative, so a namespace moves the whole robot.
+All times are the node clock's, or with ``publish_clock`` the simulator's own: each physics step then moves
+simulated time by one physics period and publishes it on ``/clock`` (`rosgraph_msgs/Clock`), the cameras render
+when simulated time says so, and a policy node started with ``use_sim_time`` follows it — slower than the wall
+clock when the machine cannot keep up, never with a gap. Topic names are relative, so a namespace moves the
+whole robot. Episodes are made one at a time as they start (`HeldOutEpisodes`): start-up and memory do not
+grow with ``episodes``.
 """
 
 from __future__ import annotations
@@ -19,20 +24,20 @@ from typing import Any
 from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.clock import Clock as RclpyClock, ClockType
+from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory
 
-from oxygen_ros.interface.convert import array_to_image
+from oxygen_ros.interface.convert import array_to_image, ns_to_stamp
 from oxygen_ros.interface.outputs import from_trajectory_msg
 from oxygen_ros.interface.param_spec import ConfigError, ParamSpec
 from oxygen_ros.sim.delay import DelayLine
-from oxygen_ros.sim.episode import EpisodeSpec
-from oxygen_ros.sim.evaluate import eval_specs
 from oxygen_ros.sim.phrasing import FAMILIES
 from oxygen_ros.sim.questions import scene_answers
 from oxygen_ros.sim.render import render
-from oxygen_ros.sim.runner import EpisodeEvent, EpisodeRunner
+from oxygen_ros.sim.runner import EpisodeEvent, EpisodeRunner, HeldOutEpisodes
 from oxygen_ros.sim.scene import JOINT_NAMES
 
 from .node_params import declare_parameters
@@ -78,6 +83,8 @@ SIM_PARAMS = (
     ParamSpec("wait_for_listener", "bool", False, "With wait_for_commander_s: also wait until someone subscribes "
               "to ~/episode (a recorder that must not miss the first episode)."),
     ParamSpec("exit_when_done", "bool", True, "Stop the node after the last episode."),
+    ParamSpec("publish_clock", "bool", False, "Run on the simulator's own time and publish it on /clock (start "
+              "the policy node with use_sim_time: true to follow it)."),
     ParamSpec("transport_delay_s", "float", 0.0, "Added each way, as a network link would: images and joint states "
               "are published this long after they were taken (stamped when taken), commands act this long after they "
               "arrive. For kernels without tc netem.", low=0.0, high=5.0),
@@ -96,13 +103,14 @@ class OxygenSimNode(Node):
             raise ConfigError("bad parameter: " + "; ".join(problems))
         self.v = v
         try:
-            specs = [EpisodeSpec.for_family(s.seed, v["instruction_family"]) for s in eval_specs(v["seed"], v["episodes"])]
+            specs = HeldOutEpisodes(v["seed"], v["episodes"], v["instruction_family"], v["instructions"])
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        instructions = v["instructions"]
-        if instructions:
-            specs = [EpisodeSpec.with_instruction(s.seed, instructions[i % len(instructions)]) if instructions[i % len(instructions)]
-                     else s for i, s in enumerate(specs)]  # fmt: skip
+        # Simulated time (publish_clock): advanced by one physics period per physics step, published on /clock.
+        self._physics_ns = round(1e9 / v["physics_rate_hz"])
+        self._sim_ns: int | None = self._physics_ns if v["publish_clock"] else None
+        self._clock_pub = self.create_publisher(Clock, "/clock", QoSProfile(depth=10)) if v["publish_clock"] else None
+        self._next_camera_ns = 0
         self.runner = EpisodeRunner(specs, 1.0 / v["control_rate_hz"], v["time_limit_s"], v["settle_s"])
         self.done = threading.Event()
         self._created_s = self._now_s()
@@ -122,17 +130,35 @@ class OxygenSimNode(Node):
         self._labels: tuple[tuple[str | None, str | None], dict[str, str]] | None = None
         self.create_subscription(JointTrajectory, v["trajectory_topic"], self._on_trajectory, RELIABLE)
         self.create_subscription(Float64MultiArray, v["velocity_command_topic"], self._on_velocity, RELIABLE)
-        self.create_timer(1.0 / v["physics_rate_hz"], self._on_physics)
-        self.create_timer(1.0 / v["camera_rate_hz"], self._on_camera)
+        # With publish_clock the simulator is the clock: its steps are paced by the steady clock, whatever
+        # use_sim_time says (following its own /clock it would never start).
+        pace = RclpyClock(clock_type=ClockType.STEADY_TIME) if self._sim_ns is not None else None
+        self.create_timer(1.0 / v["physics_rate_hz"], self._on_physics, clock=pace)
+        if self._sim_ns is None:  # on simulated time the physics step renders when a frame is due
+            self.create_timer(1.0 / v["camera_rate_hz"], self._on_camera)
         if v["transport_delay_s"] > 0:
-            self.create_timer(0.002, self._on_transport)
+            self.create_timer(0.002, self._on_transport, clock=pace)
         self.get_logger().info(
             f"ready: {len(specs)} episodes from seed {v['seed']}, {v['image_size']} px cameras at {v['camera_rate_hz']:g} Hz, "
-            f"joints {list(JOINT_NAMES)}"
+            f"joints {list(JOINT_NAMES)}" + ("; publishing its own time on /clock" if self._sim_ns is not None else "")
         )
 
+    def _now_ns(self) -> int:
+        """Simulated time with publish_clock, else the node clock."""
+        return self._sim_ns if self._sim_ns is not None else self.get_clock().now().nanoseconds
+
     def _now_s(self) -> float:
-        return self.get_clock().now().nanoseconds / 1e9
+        return self._now_ns() / 1e9
+
+    def _advance_clock(self) -> None:
+        """One physics period of simulated time, published on /clock; renders the cameras when a frame is due."""
+        if self._sim_ns is None or self._clock_pub is None:
+            return
+        self._sim_ns += self._physics_ns
+        self._clock_pub.publish(Clock(clock=ns_to_stamp(self._sim_ns)))
+        if self._sim_ns >= self._next_camera_ns:
+            self._next_camera_ns = self._sim_ns + round(1e9 / self.v["camera_rate_hz"])
+            self._on_camera()
 
     # ---------------------------------------------------------------------------------- episodes
     def _waiting_for_commander(self, now_s: float) -> bool:
@@ -144,6 +170,7 @@ class OxygenSimNode(Node):
         return not self._commander_seen
 
     def _on_physics(self) -> None:
+        self._advance_clock()
         now = self._now_s()
         waiting = self._waiting_for_commander(now)
         restated = None
@@ -164,18 +191,17 @@ class OxygenSimNode(Node):
             self._report(restated, restated=True)
         if (labels, answers) != self._labels:  # the true subtask, scene note and answers, to judge the policy's text
             self._labels = (labels, answers)
-            data = {"stamp_ns": self.get_clock().now().nanoseconds, "episode": index, "subtask": labels[0], "memory": labels[1],
+            data = {"stamp_ns": self._now_ns(), "episode": index, "subtask": labels[0], "memory": labels[1],
                     "answers": answers}  # fmt: skip
             self._labels_pub.publish(String(data=json.dumps(data)))
         if state is not None:
             msg = JointState()
-            msg.header.stamp = self.get_clock().now().to_msg()
+            msg.header.stamp = ns_to_stamp(self._now_ns())
             msg.name = list(JOINT_NAMES)
             msg.position = [float(x) for x in state]
             self._send(self._joint_pub, msg)
         if self.runner.finished and not self.done.is_set():
-            self.get_logger().info(f"all {len(self.runner.outcomes)} episodes done: "
-                                   f"{sum(o.success for o in self.runner.outcomes)} succeeded")  # fmt: skip
+            self.get_logger().info(f"all {self.runner.ended} episodes done: {self.runner.succeeded} succeeded")
             self.done.set()
 
     def _report(self, event: EpisodeEvent, waiting: bool = False, restated: bool = False) -> None:
@@ -191,7 +217,7 @@ class OxygenSimNode(Node):
         else:
             outcome = f"success in {event.time_to_success_s:.1f} s" if event.success else "failed (time limit)"
             self.get_logger().info(f"episode {event.index + 1}: {outcome}")
-        report = {**event.as_dict(), "stamp_ns": self.get_clock().now().nanoseconds}
+        report = {**event.as_dict(), "stamp_ns": self._now_ns()}
         self._episode_pub.publish(String(data=json.dumps(report)))
 
     def _on_camera(self) -> None:
@@ -202,7 +228,7 @@ class OxygenSimNode(Node):
             size, viewer = self.v["image_size"], self.v["viewer_size"]
             base, wrist = render(episode.scene, "base", size), render(episode.scene, "wrist", size)
             big = render(episode.scene, "base", viewer) if viewer else None
-        stamp = self.get_clock().now().nanoseconds
+        stamp = self._now_ns()
         self._send(self._base_pub, array_to_image(base, stamp=stamp, frame_id="base_camera"))
         self._send(self._wrist_pub, array_to_image(wrist, stamp=stamp, frame_id="wrist_camera"))
         if big is not None and self._viewer_pub is not None:

@@ -36,7 +36,7 @@ import numpy as np
 from oxygen_ros.engine import ASK_TASK
 from oxygen_ros.runtime.trajectory import trajectory_points
 
-from .episode import EpisodeSpec, SimEpisode
+from .episode import EVAL_SEED_LIMIT, TRAIN_SEED_BASE, EpisodeSpec, SimEpisode
 from .expert import (
     all_texts, expert_chunk, instruction_for, location_text, memory_neighbour, memory_text, subtask_index, subtask_text,
 )  # fmt: skip
@@ -53,8 +53,6 @@ __all__ = [
 
 CONTROL_PERIOD_S = 0.2  # the demo's control rate: 5 Hz
 HORIZON = 10
-TRAIN_SEED_BASE = 1_000_000  # training episodes use seeds >= this ...
-EVAL_SEED_LIMIT = TRAIN_SEED_BASE  # ... held-out evaluation seeds are in [0, EVAL_SEED_LIMIT)
 TASK_NAMES = ("language", "memory")  # the text tasks the demo serves (config/demo_policy.yaml)
 EXTRA_TICKS_AFTER_SUCCESS = 2  # keep demonstrating the lift a little past the success instant
 

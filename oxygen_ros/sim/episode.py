@@ -22,6 +22,8 @@ from .variation import DISTRACTORS, Lighting, absent_name, add_distractor
 from .scene import ARM_JOINTS, JOINT_LOWER, JOINT_NAMES, JOINT_UPPER, MAX_VELOCITY, Scene
 
 DEFAULT_TIME_LIMIT_S = 12.0
+TRAIN_SEED_BASE = 1_000_000  # training episodes use seeds >= this ...
+EVAL_SEED_LIMIT = TRAIN_SEED_BASE  # ... held-out evaluation seeds are in [0, EVAL_SEED_LIMIT)
 
 
 SCENE_FAMILIES = ("lighting", *DISTRACTORS, "absent")

@@ -27,9 +27,10 @@ from oxygen_ros.runtime import InputError, PolicyRuntime, StepResult
 from oxygen_ros.runtime.alignment import ChunkTooLate, aligned_trajectory, replan_due
 from oxygen_ros.runtime.trajectory import JointLimits
 
-from .dataset import CONTROL_PERIOD_S, EVAL_SEED_LIMIT
+from .dataset import CONTROL_PERIOD_S
 from .episode import DEFAULT_TIME_LIMIT_S, EpisodeSpec, SimEpisode
 from .questions import ANSWER_MAX_TOKENS, answer, answer_kind, draw_question
+from .runner import HeldOutEpisodes
 from .scene import JOINT_LOWER, JOINT_NAMES, JOINT_UPPER
 
 DEFAULT_TOKENS_PER_FRAME = 4  # decode steps per tick when the configuration says "fill the slack" (0)
@@ -90,9 +91,7 @@ class EpisodeResult:
 
 def eval_specs(seed: int, episodes: int) -> list[EpisodeSpec]:
     """Held-out episodes: seeds seed .. seed + episodes - 1, all below the training range."""
-    if seed < 0 or seed + episodes > EVAL_SEED_LIMIT:
-        raise ValueError(f"evaluation seeds must lie in [0, {EVAL_SEED_LIMIT}) (training uses the seeds above)")
-    return [EpisodeSpec.from_seed(s) for s in range(seed, seed + episodes)]
+    return list(HeldOutEpisodes(seed, episodes))
 
 
 class _TextCollector:

@@ -4,15 +4,19 @@ Each episode starts with a new scene and instruction, then waits ``settle_s`` (t
 for the previous scene are dropped, and the policy sees the new instruction) before its physics clock
 starts. It ends on success or at its time limit, with an outcome event; the next one starts at once.
 Trajectory stamps are node-clock times and are converted to the episode's clock (0 stays "on receipt").
+
+Nothing grows with the number of episodes: `HeldOutEpisodes` makes each episode's spec when it starts, and the
+runner keeps counts of the outcomes, not the outcomes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from oxygen_ros.runtime.trajectory import TimedTrajectory
 
-from .episode import DEFAULT_TIME_LIMIT_S, EpisodeSpec, SimEpisode
+from .episode import DEFAULT_TIME_LIMIT_S, EVAL_SEED_LIMIT, EpisodeSpec, SimEpisode
 from .follower import TrajectoryRejected
 
 NS = 1_000_000_000
@@ -34,8 +38,32 @@ class EpisodeEvent:
                 "duration_s": round(self.duration_s, 3), "clock_start_ns": round(self.clock_start_s * NS)}  # fmt: skip
 
 
+class HeldOutEpisodes(Sequence[EpisodeSpec]):
+    """Episodes of seeds ``seed`` .. ``seed + count - 1`` (held out: below the training range), phrased as
+    ``family`` says, or with ``instructions[i % len]`` where that is not empty; each spec is made when asked for."""
+
+    def __init__(self, seed: int, count: int, family: str = "plain", instructions: Sequence[str] = ()) -> None:
+        if seed < 0 or count < 0 or seed + count > EVAL_SEED_LIMIT:
+            raise ValueError(f"evaluation seeds must lie in [0, {EVAL_SEED_LIMIT}) (training uses the seeds above)")
+        self.seed, self.count, self.family, self.instructions = seed, count, family, tuple(instructions)
+        if count:
+            self[0]  # noqa: B018 - an unknown family is refused now, not at the first episode
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> EpisodeSpec:  # type: ignore[override]
+        if not -self.count <= index < self.count:
+            raise IndexError(f"episode {index} of {self.count}")
+        index %= self.count
+        text = self.instructions[index % len(self.instructions)] if self.instructions else ""
+        if text:
+            return EpisodeSpec.with_instruction(self.seed + index, text)
+        return EpisodeSpec.for_family(self.seed + index, self.family)
+
+
 class EpisodeRunner:
-    def __init__(self, specs: list[EpisodeSpec], control_period_s: float, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+    def __init__(self, specs: Sequence[EpisodeSpec], control_period_s: float, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
                  settle_s: float = 1.0) -> None:  # fmt: skip
         if not specs:
             raise ValueError("no episodes to run")
@@ -46,7 +74,8 @@ class EpisodeRunner:
         self.index = -1
         self.episode: SimEpisode | None = None
         self._start_s = 0.0  # node-clock time at which the current episode's physics clock is 0
-        self.outcomes: list[EpisodeEvent] = []
+        self.ended = 0  # episodes that ended
+        self.succeeded = 0  # ... with success
         self.dropped = 0  # trajectories that arrived while settling or after the last episode
 
     @property
@@ -87,7 +116,8 @@ class EpisodeRunner:
         if not ep.done:
             return []
         end = EpisodeEvent("end", self.index, ep.spec, ep.success_time_s is not None, ep.success_time_s, ep.time_s, self._start_s)
-        self.outcomes.append(end)
+        self.ended += 1
+        self.succeeded += end.success
         return [end, *self._begin(now_s)]
 
     def _running_episode(self, now_s: float) -> SimEpisode | None:
