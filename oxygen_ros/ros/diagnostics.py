@@ -175,25 +175,27 @@ class Diagnostics:
             return 0.0
         return min(self.window_ns, max(0, now_ns - self._first_tick_ns)) / _NS
 
-    def _rate(self, now_ns: int) -> tuple[float, bool]:
-        """The achieved chunk rate from the chunks' stamps within the window, and whether it can be judged (two
-        chunks, or a whole window since the timeline started)."""
-        stamps = self._chunks
+    def _rate(self, now_ns: int) -> tuple[float, int, bool]:
+        """The achieved chunk rate from the chunks' stamps within the window, the number of those chunks, and
+        whether the rate can be judged (two chunks, or a whole window since the timeline started)."""
+        # Stamps within (now - window, now]: a chunk published just as the clock jumped may carry a stamp of the
+        # other timeline, which lies outside.
+        stamps = sorted(t for t in self._chunks if now_ns - self.window_ns < t <= now_ns)
         span_ns = stamps[-1] - stamps[0] if len(stamps) >= 2 else 0
         if span_ns > 0:
-            return (len(stamps) - 1) * _NS / span_ns, True
+            return (len(stamps) - 1) * _NS / span_ns, len(stamps), True
         full = self._first_tick_ns is not None and now_ns - self._first_tick_ns >= self.window_ns
-        return len(stamps) * _NS / self.window_ns, full
+        return len(stamps) * _NS / self.window_ns, len(stamps), full
 
     def _control(self, now_ns: int) -> _Status:
         period_s = 1.0 / self.target_rate_hz
-        rate, judged = self._rate(now_ns)
+        rate, chunks, judged = self._rate(now_ns)
         e = self._engine
         jump = self._last_jump
         values = {
             "target_rate_hz": self.target_rate_hz,
             "achieved_rate_hz": round(rate, 3),
-            "chunks_in_window": len(self._chunks),
+            "chunks_in_window": chunks,
             "rate_window_s": round(self.window_ns / _NS, 3),
             "ticks": self._ticks,
             "chunks_published": self._chunks_total,

@@ -680,7 +680,8 @@ class OxygenNode(Node):
         """The info line's list of what a jump restarts, as configured."""
         rt = self.runtime
         parts = [
-            f"{'replanning every ' + str(rt.n_action_steps) + ' steps from now' if rt.config.replan == 'n_action_steps' else 'the last chunk'}",
+            "the last chunk" + (f" (replanning every {rt.n_action_steps} steps starts again)"
+                                if rt.config.replan == "n_action_steps" else ""),
             "time alignment (latency measured anew)",
             *(["real-time-chunking guide"] if rt.config.rtc else []),
             f"inputs received before the jump ({dropped} dropped; stale-input ages start again)",
