@@ -72,7 +72,8 @@ def test_inputs_of_the_other_timeline_are_dropped_and_awaited_without_alarm() ->
     store.put_image(1, image, 1000 * NS, 1000 * NS)
     store.put_joint_state(np.zeros(3), 1000 * NS, 1000 * NS)
     store.put_instruction("wave", 1000 * NS)
-    assert store.restart() == 3  # two images and the joint state; the instruction stays
+    assert store.restart(1000 * NS, 970 * NS) == 3  # two images and the joint state; the instruction stays
+    store.put_image(0, image, 1000 * NS - NS // 10, 970 * NS + NS // 100)  # of the old timeline, late: dropped
     with pytest.raises(ObservationError) as exc:
         store.snapshot(970 * NS, NS // 2)
     assert exc.value.kind == AFTER_CLOCK_JUMP and store.ages_s(970 * NS) == {"/base": None, "/wrist": None, "joint_states": None}
@@ -84,6 +85,9 @@ def test_inputs_of_the_other_timeline_are_dropped_and_awaited_without_alarm() ->
     assert obs.masked == [1] and obs.instruction == "wave"
     counters = store.counters()
     assert counters["skipped_after_clock_jump"] == 2 and counters["masked_slot"] == 0
+    assert counters["dropped_after_clock_jump"] == 1
+    store.put_image(0, image, 999 * NS, 971 * NS)  # after the first observation of the new timeline: taken
+    assert store.ages_s(971 * NS)["/base"] == pytest.approx(-28.0)
 
 
 def _steady(d: Diagnostics, start_ns: int, seconds: float, rate_hz: float) -> int:

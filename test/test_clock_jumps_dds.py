@@ -161,7 +161,8 @@ def test_chunks_resume_after_every_jump_without_false_alarms(ros_context, tmp_pa
     assert sizes == pytest.approx([30.0, 30.0, 60.0], abs=0.1), lines
     if robots:
         assert all("of robots arm1, arm2" in line and "tick schedule" in line for line in lines)
-    assert "ERROR" not in log and "WARN" not in log, log[-4000:]
+    alarms = [line for line in log.splitlines() if "[WARN]" in line or "[ERROR]" in line]
+    assert not alarms, alarms
     # Every output kept going after the last jump.
     for io in ios:
         for kind, collector in io.outputs.items():
@@ -171,7 +172,7 @@ def test_chunks_resume_after_every_jump_without_false_alarms(ros_context, tmp_pa
 
     target = 1 / CONTROL_PERIOD_S if replan == "tick" else 1 / (2 * CONTROL_PERIOD_S)
     reports = [(m, t) for m, t in zip(diagnostics.messages, diagnostics.times) if t >= first_chunk_received]
-    compared = 0
+    compared = total = 0
     for msg, received in reports:
         now_ns = stamp_to_ns(msg.header.stamp)
         for status in msg.status:
@@ -184,12 +185,17 @@ def test_chunks_resume_after_every_jump_without_false_alarms(ros_context, tmp_pa
             # the chunks the node had published when it reported: those received before the report
             stamps = [stamp_to_ns(c.header.stamp) for c, t in zip(io.chunks.messages, io.chunks.times) if t <= received]
             n, rate = _subscriber_rate(stamps, now_ns, window_ns)
-            if n >= 4:  # a steady window (not the first reports after a jump)
-                assert abs(float(values["achieved_rate_hz"]) - rate) <= 0.05 * target, (values, n, rate)
-                assert rate >= 0.5 * target, (rate, target)  # (a busy machine may lose a tick: the report says so)
+            reported = int(values["chunks_in_window"])
+            # +-1: a chunk on its way when the report was sent, or published between taking and sending the report
+            assert abs(reported - n) <= 1, (values, n)
+            if n == reported and n >= 2:  # the same chunks: the same rate
+                assert float(values["achieved_rate_hz"]) == pytest.approx(rate, abs=1e-3), (values, n, rate)
                 compared += 1
+            if n >= 8:
+                assert rate >= 0.5 * target, (rate, target)  # (a busy machine may lose a tick: the report says so)
+            total += 1
         last = _values(next(s for s in msg.status if s.name.endswith(": control")))
-    assert compared >= 10
+    assert compared >= 10 and compared >= 0.6 * total, (compared, total)
     assert (last["clock_jumps_back"], last["clock_jumps_forward"]) == ("2", "1") and "forward 6" in last["last_clock_jump"]
     # The peak of live text requests within a window is at least what a subscriber of the deltas saw live at once
     # (over the run after the last jump: one timeline).

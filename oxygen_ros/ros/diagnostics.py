@@ -37,7 +37,7 @@ __all__ = ["Diagnostics", "LEVEL_NAMES", "diagnostic_array"]
 OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
 LEVEL_NAMES = {OK: "OK", WARN: "WARN", ERROR: "ERROR"}
 _NS = 1_000_000_000
-EXPECTED_AFTER_JUMP = ("skipped_after_clock_jump",)  # inputs not yet sent again after a jump: no alarm
+EXPECTED_AFTER_JUMP = ("skipped_after_clock_jump", "dropped_after_clock_jump")  # inputs not yet sent again after a jump: no alarm
 RATE_WARN_SHARE = 0.9  # WARN when the achieved action rate falls below this share of the target
 MIN_WINDOW_PERIODS = 4  # the rate window spans at least this many target periods (two chunks even at low rates)
 

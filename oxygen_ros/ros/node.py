@@ -559,6 +559,9 @@ class OxygenNode(Node):
             latency_s=latency_s,
             n_action_steps=rt.n_action_steps,
         )  # raises ValueError for NaN/inf actions: no chunk rather than a wrong one
+        now_ns = self._now_ns()
+        # Recorded before it leaves: a report never misses a chunk that a subscriber already has.
+        port.diag.chunk_published(now_ns, time.perf_counter() - start, obs.stamp_ns)
         port.chunk_pub.publish(chunk)
         if s.publish_trajectory and port.outputs is not None and s.outputs:
             try:
@@ -571,8 +574,6 @@ class OxygenNode(Node):
             else:
                 port.diag.clamped(clamped)
         port.last_latency_s = latency_s
-        now_ns = self._now_ns()
-        port.diag.chunk_published(now_ns, time.perf_counter() - start, obs.stamp_ns)
         if port.name in self._awaiting_first_chunk:
             self._log_first_chunk(port.name)
         if obs.stamp_ns > 0:
@@ -669,7 +670,7 @@ class OxygenNode(Node):
         ports = list(self._ports)
         dropped = 0
         for port in ports:
-            dropped += port.store.restart()
+            dropped += port.store.restart(jump.now_ns - jump.delta_ns, jump.now_ns)
             port.diag.clock_jumped(jump)
             if port.outputs is not None and port.outputs.streamed:
                 port.outputs.stop()
@@ -717,15 +718,23 @@ class OxygenNode(Node):
         port.log.warn("engine_error", message)
 
     def _on_diagnostics(self) -> None:
-        now = self.get_clock().now()
-        statuses = []
-        if self._ready:
-            device = self.runtime.config.device
-            for port in self._ports:
-                statuses += port.diag.report(now.nanoseconds, port.store.counters(), hardware_id=device)
-                statuses.append(port.topic_stats.status(device))
-        statuses.append(self._state_status())
-        self._diag_pub.publish(diagnostic_array(now.to_msg(), statuses))
+        # A report taken while the clock jumps (its time of one timeline, the windows of the other) would say
+        # "no chunk for 60 s": such a report is taken again, or left to the next period.
+        for _attempt in range(2):
+            epoch = self._jump_watch.epoch
+            if epoch % 2:
+                return
+            now = self.get_clock().now()
+            statuses = []
+            if self._ready:
+                device = self.runtime.config.device
+                for port in self._ports:
+                    statuses += port.diag.report(now.nanoseconds, port.store.counters(), hardware_id=device)
+                    statuses.append(port.topic_stats.status(device))
+            statuses.append(self._state_status())
+            if self._jump_watch.epoch == epoch:
+                self._diag_pub.publish(diagnostic_array(now.to_msg(), statuses))
+                return
 
     def _state_status(self) -> DiagnosticStatus:
         """The node's state: active, inactive, or unconfigured (with why the latest configure failed)."""

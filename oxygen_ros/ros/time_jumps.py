@@ -7,7 +7,9 @@ jump. Under system time rcl calls no jump callback, so `check` (called at each c
 clock with the monotonic clock instead.
 
 `on_jump` is called from the thread that updated the clock (an executor thread for `/clock`) or from the
-caller of `check`; it must be quick and must not block.
+caller of `check`; it must be quick and must not block. `epoch` is odd from just before rcl moves the clock
+until `on_jump` has returned: a reader that took the time while it changed (the same epoch, even, before
+and after) knows its reading and the state it read belong to one timeline.
 """
 
 from __future__ import annotations
@@ -30,11 +32,22 @@ class ClockJumpWatch:
         self.clock = clock
         self.on_jump = on_jump
         self._monotonic = MonotonicCheck(forward_s)
+        self.epoch = 0  # odd while a jump is being made and handled
         threshold = JumpThreshold(min_forward=Duration(nanoseconds=int(forward_s * 1e9)),
                                   min_backward=Duration(nanoseconds=-1), on_clock_change=True)  # fmt: skip
-        self._handle: JumpHandle | None = clock.create_jump_callback(threshold, post_callback=self._on_time_jump)
+        self._handle: JumpHandle | None = clock.create_jump_callback(threshold, pre_callback=self._before_jump,
+                                                                     post_callback=self._on_time_jump)  # fmt: skip
+
+    def _before_jump(self) -> None:
+        self.epoch += 1
 
     def _on_time_jump(self, jump: TimeJump) -> None:
+        try:
+            self._handle_jump(jump)
+        finally:
+            self.epoch += 1
+
+    def _handle_jump(self, jump: TimeJump) -> None:
         now_ns = self.clock.now().nanoseconds
         delta_ns = jump.delta.nanoseconds
         self._monotonic.restart()
