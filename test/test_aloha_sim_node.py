@@ -164,12 +164,13 @@ def test_sim_node_at_wall_clock_pace_without_a_policy(ros_context) -> None:
     """lockstep: false runs the steps at the wall clock's pace, waiting for nobody; bad wiring is refused at start."""
     node, executor = make_test_node("aloha_clock_listener")
     clock = Collector(node, Clock, "/clock", RELIABLE)
-    args = ["-p", "lockstep:=false", "-p", "wait_for_commander_s:=0.0", "-p", "episodes:=1", "-p", "episode_steps:=40",
+    args = ["-p", "lockstep:=false", "-p", "wait_for_commander_s:=0.0", "-p", "episodes:=1", "-p", "episode_steps:=400",
             "-p", "image_width:=32", "-p", "image_height:=32", "-p", "fast_render:=true", "-p", "exit_when_done:=false"]  # fmt: skip
     with NodeProcess([REPO / "config" / "aloha_sim.yaml"], module="oxygen_ros.ros.sim_main", ros_args=args) as sim:
-        assert spin_until(executor, lambda: len(clock) >= 20, timeout=60), sim.output()
-        first, twentieth = clock.times[0], clock.times[19]
-        assert 0.3 < twentieth - first < 3.0  # 19 steps of 20 ms: never faster than the wall clock
+        assert spin_until(executor, lambda: len(clock) >= 20, timeout=60), sim.output()  # (8 s of steps: discovery fits)
+        stamps = [stamp_to_ns(m.clock) for m in clock.messages[:20]]
+        assert stamps[-1] - stamps[0] == 19 * 20_000_000
+        assert 0.3 < clock.times[19] - clock.times[0] < 3.0  # 19 steps of 20 ms: never faster than the wall clock
     bad = NodeProcess([REPO / "config" / "aloha_sim.yaml"], module="oxygen_ros.ros.sim_main",
                       ros_args=["-p", "camera_names:=[top, cam_low, right_wrist]"]).start()  # fmt: skip
     assert bad.wait(timeout=60) == 1 and "camera_names ['cam_low'] are not cameras of the scene" in bad.output()
