@@ -43,7 +43,7 @@ if ! ldconfig -p 2>/dev/null | grep -q "libEGL.so.1" || ! ls /usr/lib/*/dri/swra
     echo "[setup] installing EGL and Mesa's software renderer for MuJoCo (libegl1 libegl-mesa0 libgl1-mesa-dri)"
     apt-get install -y -qq libegl1 libegl-mesa0 libgl1-mesa-dri >/dev/null 2>&1 \
       || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq libegl1 libegl-mesa0 libgl1-mesa-dri >/dev/null 2>&1; } \
-      || echo "[setup] could not install the EGL libraries: the ALOHA simulator cannot render (its tests are skipped)"
+      || echo "[setup] could not install the EGL libraries: the ALOHA simulator cannot render (its tests skip)"
   else
     echo "[setup] note: no EGL / Mesa libraries: the ALOHA simulator cannot render (apt install libegl1 libegl-mesa0 libgl1-mesa-dri)"
   fi

@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("gym_aloha")
+from aloha_available import require_aloha  # noqa: E402
+
+require_aloha()
 
 from oxygen_ros.embodiment import make_adapter  # noqa: E402
 from oxygen_ros.model.normalize import NormStats, Normalizer  # noqa: E402

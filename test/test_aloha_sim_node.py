@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 import yaml
 
-pytest.importorskip("gym_aloha")
+from aloha_available import require_aloha  # noqa: E402
+
+require_aloha()
 
 import rclpy  # noqa: E402
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data  # noqa: E402
