@@ -12,6 +12,7 @@ controllers, DDS, the simulated drivers) runs as it would for a trained model.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -123,9 +124,13 @@ def run_loop(
         sim.start()
         deadline = time.monotonic() + timeout_s
         while not sim.done.is_set() and time.monotonic() < deadline:
-            executor.spin_once(timeout_sec=0.05)
+            _spin_once(executor)
         wall_s = time.perf_counter() - started
         sim.shutdown()
+        finishing = threading.Thread(target=policy.finish, daemon=True)  # stops its model thread; we keep spinning
+        finishing.start()
+        while finishing.is_alive():
+            _spin_once(executor)
         diag = dict(listener.latest)
         return LoopResult([e.as_dict("end") for e in sim.driver.episodes], dict(sim.stats), diag, wall_s,
                           sim.driver.time_ns / 1e9, period, frames)  # fmt: skip
@@ -134,6 +139,15 @@ def run_loop(
         for node in reversed(nodes):
             node.destroy_node()
         rclpy.try_shutdown(context=context)
+
+
+def _spin_once(executor: Any) -> None:
+    from rclpy.exceptions import InvalidHandle
+
+    try:
+        executor.spin_once(timeout_sec=0.05)
+    except InvalidHandle:  # a node destroyed an entity the executor was waiting on (as main.py): not in the next set
+        pass
 
 
 class _DiagnosticsListener:

@@ -46,7 +46,7 @@ LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability
 EPISODE_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 ARMS = ("left", "right")
 STREAM_GRACE_S = 0.5  # wall time a query waits for the new chunk's gripper command once its trajectories are in
-OBSERVATION_LEAD_S = 0.005  # wall time between an observation and the clock tick that makes it due
+OBSERVATION_LEAD_S = 0.02  # wall time between an observation and the clock tick that makes it due
 
 # fmt: off
 ALOHA_PARAMS = (
@@ -98,11 +98,12 @@ class AlohaSimNode(Node):
         self.driver = AlohaDriver(seeds, v["task"], v["episode_steps"], tuple(v["joint_prefixes"]), v["fast_render"])
         self.done = threading.Event()
         self.on_step: Callable[[AlohaDriver], None] | None = None  # called after every step (recordings)
-        self.stats = {"queries": 0, "answers": 0, "timeouts": 0, "rejected": 0, "stream_commands": 0,
+        self.stats = {"queries": 0, "answers": 0, "stale_answers": 0, "timeouts": 0, "rejected": 0, "stream_commands": 0,
                       "render_s": 0.0, "frames": 0}  # fmt: skip
         self._cond = threading.Condition()
         self._inbox: list[tuple[str, int, Any]] = []  # (kind, arm, command) received, applied by the loop
         self._answered_ns = [-1, -1]  # per arm: the observation stamp the latest trajectory answers
+        self._arrivals = [0, 0]  # per arm: trajectories received
         self._gripper_msgs = [0, 0]  # per gripper topic: messages received
         self._grippers_at_answer = [0, 0]  # the counts when the latest trajectory arrived
         self._episode_pub = self.create_publisher(String, "~/episode", EPISODE_QOS)
@@ -146,6 +147,7 @@ class AlohaSimNode(Node):
             self._inbox.append(("arm", arm, trajectory))
             stamp = stamp_to_ns(msg.header.stamp)
             self._answered_ns[arm] = stamp if stamp else self.driver.time_ns
+            self._arrivals[arm] += 1
             self._grippers_at_answer = list(self._gripper_msgs)  # the chunk's gripper commands follow it
             self._cond.notify_all()
 
@@ -212,12 +214,13 @@ class AlohaSimNode(Node):
         query = d.step_count % v["query_every_steps"] == 0  # episodes start on this grid
         with self._cond:
             streams_before = list(self._gripper_msgs)
+            arrivals_before = list(self._arrivals)
         self._publish_observation(now_ns, images=query)
         if query and v["lockstep"]:
             time.sleep(OBSERVATION_LEAD_S)  # the observation reaches the policy before the clock wakes it
         self._clock_pub.publish(Clock(clock=ns_to_stamp(now_ns)))
         if v["lockstep"]:
-            self._wait_for_answers(now_ns, query, streams_before)
+            self._wait_for_answers(now_ns, query, streams_before, arrivals_before)
         else:
             time.sleep(max(0.0, d.time_ns / 1e9 + self._pace_origin() - time.monotonic()))
         with self._cond:
@@ -236,8 +239,11 @@ class AlohaSimNode(Node):
             self._origin = time.monotonic() - self.driver.time_ns / 1e9
         return self._origin
 
-    def _wait_for_answers(self, now_ns: int, query: bool, streams_before: list[int]) -> None:
-        """Block (bounded) until the policy answered the observation of this step, or streamed this step's commands."""
+    def _wait_for_answers(self, now_ns: int, query: bool, streams_before: list[int], arrivals_before: list[int]) -> None:
+        """Block (bounded) until the policy answered the observation of this step, or streamed this step's commands.
+
+        A trajectory for an older observation that arrives after the query also answers it (the policy ticked
+        before this observation reached it): counted as ``stale_answers``."""
         streaming = self.driver.trajectory_end_s() * 1e9 > now_ns + 1  # a chunk still runs: its stream too
         gripper_topics = self.v["gripper_command_topics"]
         wants_stream = [self.count_publishers(t) > 0 for t in gripper_topics]
@@ -245,7 +251,7 @@ class AlohaSimNode(Node):
         streams = [i for i in range(2) if wants_stream[i] and (query or streaming)]
 
         def arms_answered() -> bool:
-            return not query or all(a >= now_ns for a in self._answered_ns)
+            return not query or all(a > b for a, b in zip(self._arrivals, arrivals_before))
 
         def grippers_sent(since: list[int]) -> bool:
             return all(self._gripper_msgs[i] > since[i] for i in streams)
@@ -279,6 +285,8 @@ class AlohaSimNode(Node):
                 self._cond.wait(timeout=min(left, 0.05))
         if query:
             self.stats["answers"] += 1
+            if any(a < now_ns for a in self._answered_ns):
+                self.stats["stale_answers"] += 1
 
     def _publish_observation(self, now_ns: int, images: bool) -> None:
         stamp = ns_to_stamp(now_ns)

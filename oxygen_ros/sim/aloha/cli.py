@@ -60,7 +60,7 @@ def _loop_figures(result: Any) -> dict[str, Any]:
     """The closed loop's timing: answers, lockstep timeouts, rates in sim and wall time, render cost."""
     s, d = result.sim_stats, result.diagnostics
     return {"query_every_steps": result.query_every_steps, "chunks": s["answers"], "queries": s["queries"],
-            "lockstep_timeouts": s["timeouts"], "rejected_commands": s["rejected"], "sim_s": round(result.sim_s, 2),
+            "stale_answers": s["stale_answers"], "lockstep_timeouts": s["timeouts"], "rejected_commands": s["rejected"], "sim_s": round(result.sim_s, 2),
             "wall_s": round(result.wall_s, 2),
             "steps_per_wall_s": round(sum(e["steps"] for e in result.episodes) / result.wall_s, 1),
             "render_ms_per_frame": round(1e3 * s["render_s"] / max(1, s["frames"]), 1),
