@@ -59,11 +59,13 @@ def main() -> int:
             first_after_jump.append(None)
         loop_of_clock["last_ns"] = ns
 
-    def on_chunk(_msg: ActionChunk) -> None:
+    def on_chunk(msg: ActionChunk) -> None:
         loop = loop_of_clock["loop"]
         counts[loop] += 1
         jumped = loop_of_clock["jumped_at"]
-        if jumped is not None and first_after_jump[loop] is None:
+        stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+        new_timeline = stamp <= (loop_of_clock["last_ns"] or 0)  # not a chunk of the loop before, still on its way
+        if jumped is not None and first_after_jump[loop] is None and new_timeline:
             first_after_jump[loop] = time.monotonic() - jumped
 
     node.create_subscription(Clock, "/clock", on_clock, 100)
