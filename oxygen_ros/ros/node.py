@@ -377,6 +377,7 @@ class OxygenNode(Node):
             for port in self._ports:
                 port.ask.pump()
             if not woken:
+                self._unstick_control_timer()
                 continue
             self._tick_wanted.clear()
             if self._stopping.is_set():
@@ -707,6 +708,17 @@ class OxygenNode(Node):
             self._clocks = self._robot_clocks()  # every robot due at the next tick
             self._jumped_at_ns = jumps[-1].now_ns
         return timeline
+
+    def _unstick_control_timer(self) -> None:
+        """A control timer whose next call lies more than a period ahead was scheduled on the timeline the clock
+        jumped back from (rcl moves it to the new one, but a timer call racing with the jump can put it back):
+        restart it from now rather than wait until the clock gets there again."""
+        timer = self._control_timer
+        left_ns = timer.time_until_next_call() if timer is not None else None
+        if left_ns is not None and left_ns > 1.5 * timer.timer_period_ns:
+            timer.reset()
+            self.get_logger().info(f"control timer restarted: its next call was {left_ns / 1e9:.1f} s away, "
+                                   "on the timeline before the clock jumped")
 
     def _jump_grace_s(self, port: RobotPorts) -> float:
         """How long after a jump missing inputs are expected (the diagnostics' silence limit)."""
