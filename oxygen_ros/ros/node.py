@@ -45,6 +45,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.publisher import Publisher
 from rclpy.event_handler import QoSRequestedIncompatibleQoSInfo
+from rclpy.exceptions import InvalidHandle
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_policy_name_from_kind, qos_profile_sensor_data
 from rcl_interfaces.msg import SetParametersResult
 from sensor_msgs.msg import CompressedImage, Image, JointState
@@ -714,7 +715,12 @@ class OxygenNode(Node):
         jumped back from (rcl moves it to the new one, but a timer call racing with the jump can put it back):
         restart it from now rather than wait until the clock gets there again."""
         timer = self._control_timer
-        left_ns = timer.time_until_next_call() if timer is not None else None
+        if timer is None or self._stopping.is_set():
+            return
+        try:
+            left_ns = timer.time_until_next_call()
+        except InvalidHandle:  # the timer was destroyed under the model thread (the node is going down)
+            return
         if left_ns is not None and left_ns > 1.5 * timer.timer_period_ns:
             timer.reset()
             self.get_logger().info(f"control timer restarted: its next call was {left_ns / 1e9:.1f} s away, "
