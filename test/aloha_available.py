@@ -1,6 +1,6 @@
 """Whether the MuJoCo ALOHA can run here: gym-aloha installed and a camera frame rendered headless (EGL).
 
-Checked once per test session in a child process (a failed EGL start leaves nothing behind in the tests' own);
+Checked once per pytest run in a child process (a failed EGL start leaves nothing behind in the tests' own);
 the ALOHA tests skip with the reason where it cannot, e.g. a machine without Mesa's EGL libraries.
 """
 
