@@ -17,7 +17,7 @@ from oxygen_ros.sim.aloha import units  # noqa: E402
 from oxygen_ros.sim.aloha.driver import AlohaDriver, joint_names  # noqa: E402
 from oxygen_ros.sim.aloha.env import AlohaEnv  # noqa: E402
 from oxygen_ros.sim.aloha.expert import EPISODE_STEPS, expert_episode, replay  # noqa: E402
-from oxygen_ros.sim.aloha.model_space import encode_actions_inv, model_outputs  # noqa: E402
+from oxygen_ros.sim.aloha.model_space import model_outputs  # noqa: E402
 from oxygen_ros.sim.aloha.physics import AlohaPhysics  # noqa: E402
 
 NS = 1_000_000_000
@@ -120,7 +120,7 @@ def test_model_outputs_invert_openpis_output_transforms() -> None:
     back = norm.unnormalize_actions(out)[:, :14]
     back[:, np.array(mask)] += adapter.state_in(state)[np.array(mask)]
     np.testing.assert_allclose(adapter.actions_out(back), actions, atol=1e-5)
-    np.testing.assert_allclose(adapter.actions_out(encode_actions_inv(actions)), actions, atol=1e-12)
+    np.testing.assert_allclose(adapter.actions_out(adapter.actions_in(actions)), actions, atol=1e-12)
 
 
 def test_expert_command_prints_its_success_as_the_last_json_line(capsys) -> None:

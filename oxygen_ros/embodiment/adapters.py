@@ -34,6 +34,8 @@ class Adapter:
     state_fn: Transform = _same
     action_fn: Transform = _same
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # the inverse of action_fn: a robot's command → the model's space (training data); None: not invertible here
+    action_in_fn: Transform | None = _same
 
     def state_in(self, state: np.ndarray) -> np.ndarray:
         x = np.asarray(state, dtype=np.float64)
@@ -48,6 +50,15 @@ class Adapter:
                 raise AdapterError(f"embodiment {self.name} sends {self.action_dim} action dims; the model gives {a.shape[-1]}")
             a = a[..., : self.action_dim]
         return self.action_fn(a.copy())
+
+    def actions_in(self, actions: np.ndarray) -> np.ndarray:
+        """Robot-side actions (what ``actions_out`` gives) → the model's space, for training targets."""
+        if self.action_in_fn is None:
+            raise AdapterError(f"embodiment {self.name} has no inverse of its action transform")
+        a = np.asarray(actions, dtype=np.float64)
+        if self.action_dim is not None and a.shape[-1] != self.action_dim:
+            raise AdapterError(f"embodiment {self.name} takes {self.action_dim} action dims, got {a.shape[-1]}")
+        return self.action_in_fn(a.copy())
 
     def describe(self) -> str:
         sizes = f"state {self.state_dim or 'any'}, actions {self.action_dim or 'all'}"
@@ -68,7 +79,7 @@ def _droid(options: Mapping[str, Any]) -> Adapter:
         return np.clip(a, -1.0, 1.0) if clip else a
 
     notes = ("7 joint velocities + gripper position", f"gripper binarized at {threshold}" if threshold is not None else "gripper as is")
-    return Adapter("droid", 8, 8, _same, actions, notes + (("clipped to [-1, 1]",) if clip else ()))
+    return Adapter("droid", 8, 8, _same, actions, notes + (("clipped to [-1, 1]",) if clip else ()), None)
 
 
 # ---------------------------------------------------------------------------------------------- ALOHA
@@ -77,7 +88,7 @@ def _aloha(options: Mapping[str, Any]) -> Adapter:
     the joint flip mask and the gripper conversions, else the state and first 14 action dims unchanged."""
     if bool(options.get("adapt_to_pi", True)):
         return Adapter("aloha", aloha.DIM, aloha.DIM, aloha.state_in, aloha.actions_out,
-                       ("adapt_to_pi: joints flipped [1, -1, -1, 1, 1, 1, 1] per arm, grippers converted",))  # fmt: skip
+                       ("adapt_to_pi: joints flipped [1, -1, -1, 1, 1, 1, 1] per arm, grippers converted",), aloha.actions_in)  # fmt: skip
     return Adapter("aloha", aloha.DIM, aloha.DIM, notes=("adapt_to_pi off",))
 
 
@@ -102,7 +113,7 @@ def _scale_offset(options: Mapping[str, Any]) -> Adapter:
         raise AdapterError(f"scale_offset: scale is 0 at dims {np.flatnonzero(scale == 0).tolist()}")
     n = scale.size
     return Adapter("scale_offset", n, n, lambda s: s * scale + offset, lambda a: (a - offset) / scale,
-                   (f"scale {scale.tolist()}, offset {offset.tolist()}",))  # fmt: skip
+                   (f"scale {scale.tolist()}, offset {offset.tolist()}",), lambda a: a * scale + offset)  # fmt: skip
 
 
 def _none(options: Mapping[str, Any]) -> Adapter:

@@ -59,6 +59,14 @@ def actions_out(actions: np.ndarray) -> np.ndarray:
     return out
 
 
+def actions_in(actions: np.ndarray) -> np.ndarray:
+    """The inverse of ``actions_out``: dataset-space actions → pi's space (openpi's ``_encode_actions_inv``, what
+    ``AlohaInputs`` applies to training data)."""
+    out = FLIP * actions[..., :DIM]
+    out[..., GRIPPERS] = _from_unit(out[..., GRIPPERS], *JOINT_CLOSED_OPEN) - PI_ANGLE_RANGE[0]
+    return out
+
+
 # Converters (conversions.py): what ALOHA's driver does around the normalized gripper (openpi
 # examples/aloha_real/real_env.py: ``set_gripper_pose`` sends PUPPET_GRIPPER_JOINT_UNNORMALIZE_FN(command) to the
 # gripper joint; ``get_qpos`` reports PUPPET_GRIPPER_POSITION_NORMALIZE_FN(finger position)).

@@ -174,7 +174,13 @@ DEMO = ModelConfig(
     prefix_attention="bidirectional",
 )
 
-PRESETS: dict[str, ModelConfig] = {"pi05": PI05, "tiny": TINY, "bench": BENCH, "demo": DEMO}
+# The trained ALOHA demo policy (oxygen-train-demo --env aloha_transfer_cube, models/aloha): the demo's size in
+# openpi's ALOHA layout: three cameras (cam_high, both wrists) at 96x96 (36 patches each: the 4 cm cube is
+# about three pixels wide in cam_high at this size, two at 64x64), 14 actions (two arms of six joints and a
+# gripper) in chunks of 50 steps at 50 Hz.
+ALOHA_DEMO = DEMO.replace(vision=dataclasses.replace(DEMO.vision, image_size=96), action_dim=14, action_horizon=50)
+
+PRESETS: dict[str, ModelConfig] = {"pi05": PI05, "tiny": TINY, "bench": BENCH, "demo": DEMO, "aloha_demo": ALOHA_DEMO}
 
 
 def preset(name: str) -> ModelConfig:

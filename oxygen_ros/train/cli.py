@@ -5,21 +5,29 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from functools import partial
+from dataclasses import replace
 
-from .trainer import TrainConfig, summary, train
+from .recipes import ENVS, OUT_DIRS, recipe, sources
+from .trainer import summary, train
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    d = TrainConfig()
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--env", choices=ENVS, default=ENVS[0])
+    env = pre.parse_known_args(argv)[0].env
+    d = recipe(env)
     p = argparse.ArgumentParser(
         prog="oxygen-train-demo",
-        description="Train the demo pi0.5-structured policy on the simulator's scripted expert (episodes generated "
-        "on the fly, seeds >= 1000000) and write the checkpoint, tokenizer, norm stats and loss curves.",
+        description="Train a demo pi0.5-structured policy on a simulator's scripted expert (episodes generated "
+        "on the fly, seeds >= 1000000) and write the checkpoint, tokenizer, norm stats and loss curves. "
+        "The defaults are the recipe of the committed checkpoint of --env.",
     )
+    p.add_argument("--env", choices=ENVS, default=ENVS[0],
+                   help="table_top: the package's own pick task (models/demo); aloha_transfer_cube: the MuJoCo "
+                   "ALOHA's cube hand-over in openpi's ALOHA layout (models/aloha) (default %(default)s)")
     p.add_argument("--steps", type=int, default=d.steps, help="optimizer steps (default %(default)s)")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of initialization, batches, noise and flow times")
-    p.add_argument("--out", default="models/demo", help="checkpoint folder (default %(default)s)")
+    p.add_argument("--out", default=OUT_DIRS[env], help="checkpoint folder (default %(default)s)")
     p.add_argument("--samples", type=int, default=d.samples, help="expert samples to generate (default %(default)s)")
     p.add_argument("--data-workers", type=int, default=d.data_workers, help="processes generating them (default %(default)s)")
     p.add_argument("--batch-size", type=int, default=d.batch_size)
@@ -84,22 +92,17 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.dagger_rounds, args.dagger_episodes, args.dagger_samples, args.dagger_steps) < 0:
         print("oxygen-train-demo: the --dagger-* counts must not be negative", file=sys.stderr)
         return 2
-    from oxygen_ros.sim.dagger import policy_samples
-    from oxygen_ros.sim.dataset import expert_samples, vocabulary
-    from oxygen_ros.sim.expert import object_names
-
-    cfg = TrainConfig(
-        steps=args.steps, seed=args.seed, samples=args.samples, data_workers=args.data_workers, batch_size=args.batch_size, lr=args.lr,
+    d = recipe(args.env)
+    cfg = replace(
+        d, steps=args.steps, seed=args.seed, samples=args.samples, data_workers=args.data_workers, batch_size=args.batch_size, lr=args.lr,
         warmup_steps=min(args.warmup_steps, args.steps), flow_weight=args.flow_weight, text_weight=args.text_weight, grounding_weight=args.grounding_weight,
-        recognition_weight=args.recognition_weight, recognition_layer=args.recognition_layer, pointing_weight=args.pointing_weight, pointing_layers=tuple(args.pointing_layers or ()), prompt_dropout=args.prompt_dropout, fold_case=args.fold_case, object_names=tuple(object_names()), flow_samples=args.flow_samples, ema_decay=args.ema_decay,
+        recognition_weight=args.recognition_weight, recognition_layer=args.recognition_layer, pointing_weight=args.pointing_weight, pointing_layers=tuple(args.pointing_layers or ()), prompt_dropout=args.prompt_dropout, fold_case=args.fold_case, flow_samples=args.flow_samples, ema_decay=args.ema_decay,
         preset=args.preset, dtype=args.dtype, threads=args.threads, save_every=args.save_every, delta_actions=not args.absolute_actions,
         dagger_rounds=args.dagger_rounds, dagger_episodes=args.dagger_episodes, dagger_fresh_samples=args.dagger_samples,
         dagger_steps=args.dagger_steps, dagger_lr=args.dagger_lr, variations=args.variations,
     )
-    source, on_policy = expert_samples, policy_samples
-    if cfg.variations:
-        source, on_policy = partial(expert_samples, variations=True), partial(policy_samples, variations=True)
-    result = train(cfg, source, args.out, vocabulary(cfg.variations), progress=not args.no_progress, on_policy=on_policy)
+    source, on_policy, vocabulary = sources(args.env, cfg.variations)
+    result = train(cfg, source, args.out, vocabulary, progress=not args.no_progress, on_policy=on_policy)
     report = {k: v for k, v in summary(cfg, result).items() if k not in ("config", "tasks")}
     print(json.dumps({"out": str(result.out_dir), **report}))
     return 0

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from oxygen_ros.embodiment import Adapter
 from oxygen_ros.model.normalize import ACTIONS_KEY, STATE_KEY, Normalizer, NormStats
 from oxygen_ros.engine import ASK_TASK
 from oxygen_ros.model.prompt import continuation_tokens, format_prompt
@@ -118,30 +119,41 @@ def quantile_stats(values: np.ndarray) -> NormStats:
     )
 
 
-def relative_actions(sample: Sample, delta_mask: Sequence[bool]) -> np.ndarray:
-    """The chunk with the masked dims relative to the state (openpi's DeltaActions; the runtime adds it back)."""
-    mask = np.zeros(sample.actions.shape[-1], dtype=bool)
+def model_space(sample: Sample, adapter: Adapter | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The sample's (state, actions) in the model's space: through the embodiment adapter's ``state_in`` and
+    ``actions_in`` (openpi's input transforms of training data, e.g. AlohaInputs), unchanged without one."""
+    if adapter is None or adapter.name == "none":
+        return sample.state, sample.actions
+    return adapter.state_in(sample.state), adapter.actions_in(sample.actions)
+
+
+def relative_actions(sample: Sample, delta_mask: Sequence[bool], adapter: Adapter | None = None) -> np.ndarray:
+    """The chunk with the masked dims relative to the state (openpi's DeltaActions; the runtime adds it back),
+    in the model's space (``model_space``)."""
+    state, chunk = model_space(sample, adapter)
+    mask = np.zeros(chunk.shape[-1], dtype=bool)
     mask[: len(delta_mask)] = delta_mask
-    return (sample.actions - np.where(mask, sample.state, 0.0)).astype(np.float32)
+    return (chunk - np.where(mask, state, 0.0)).astype(np.float32)
 
 
-def compute_norm_stats(samples: Sequence[Sample], delta_mask: Sequence[bool] = ()) -> dict[str, NormStats]:
-    """State and action statistics of the expert data (every action of every chunk counts; actions after
-    DeltaActions, as openpi computes them)."""
-    states = np.stack([s.state for s in samples])
-    actions = np.concatenate([relative_actions(s, delta_mask) for s in samples])
+def compute_norm_stats(samples: Sequence[Sample], delta_mask: Sequence[bool] = (), adapter: Adapter | None = None) -> dict[str, NormStats]:
+    """State and action statistics of the expert data in the model's space (every action of every chunk
+    counts; actions after DeltaActions, as openpi computes them)."""
+    states = np.stack([model_space(s, adapter)[0] for s in samples])
+    actions = np.concatenate([relative_actions(s, delta_mask, adapter) for s in samples])
     return {STATE_KEY: quantile_stats(states), ACTIONS_KEY: quantile_stats(actions)}
 
 
 def text_corpus(
-    samples: Sequence[Sample], normalizer: Normalizer, task_prompts: Sequence[str], vocabulary: Iterable[str] = ()
+    samples: Sequence[Sample], normalizer: Normalizer, task_prompts: Sequence[str], vocabulary: Iterable[str] = (),
+    adapter: Adapter | None = None,
 ) -> list[str]:
     """Every distinct string the model reads or writes: the prompts exactly as the runtime builds them
     (instruction and discretized state), each task's continuation prompt and target text, and the
     simulator's ``vocabulary`` (texts the samples may not happen to contain)."""
     strings = set(task_prompts) | {" " + v for v in vocabulary}
     for s in samples:
-        strings.add(format_prompt(s.instruction, normalizer.normalize_state(s.state, clip=True), "pi05_state"))
+        strings.add(format_prompt(s.instruction, normalizer.normalize_state(model_space(s, adapter)[0], clip=True), "pi05_state"))
         strings.update(" " + t for t in s.texts.values())
         if getattr(s, "question", ""):
             strings.add(QUESTION_TEMPLATE.format(question=s.question))
@@ -404,7 +416,7 @@ def _build_part(samples: Sequence[Sample], o: _BuildOptions, start: int, stop: i
         texts.append([_target(tok, s.texts.get(n, ""), cfg.eos_token_id, n != ASK_TASK or bool(question)) for n in task_names])
         questions.append(torch.tensor(continuation_tokens(tok, QUESTION_TEMPLATE.format(question=question)) if question else [],
                                       dtype=torch.long))  # fmt: skip
-        actions.append(norm.normalize_actions(relative_actions(s, o.delta_mask)))
+        actions.append(norm.normalize_actions(relative_actions(s, o.delta_mask, runtime.adapter)))
         maps.append(target_map(s, grid))
         if o.object_names:
             objects.append(object_labels(s, grid, o.object_names))

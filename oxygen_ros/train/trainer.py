@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from torch.optim.swa_utils import AveragedModel
 from tqdm import tqdm
 
+from oxygen_ros.embodiment import make_adapter
 from oxygen_ros.engine import ASK_TASK
 from oxygen_ros.model.checkpoint import save_checkpoint
 from oxygen_ros.model.config import ModelConfig, preset
@@ -115,13 +116,21 @@ class TrainConfig:
     # questions asked while acting (the runtime's ask path): the samples' questions and answers are one more
     # text task, its continuation the question (runtime.policy.QUESTION_TEMPLATE) instead of a fixed prompt
     variations: bool = True
+    # the questions as a text task without the variations (a source whose samples carry questions of their own)
+    questions: bool = False
+    # the robot-side transforms between the data's space and the model's (oxygen_ros/embodiment: openpi's
+    # AlohaInputs / AlohaOutputs for "aloha"); the checkpoint's norm stats and actions are in the model's space
+    embodiment: str = "none"
+    # the relative dims, stated (empty: every dim but the last, openpi's make_bool_mask(n, -1))
+    delta_action_mask: tuple[bool, ...] = ()
+    asset_id: str = ASSET_ID  # the norm stats' folder: assets/<asset_id>/norm_stats.json (openpi's asset id)
 
     def model_config(self) -> ModelConfig:
         return self.model or preset(self.preset)
 
     def text_task_names(self) -> list[str]:
         """The text tasks trained, in the order of their losses: the configured ones, then the questions."""
-        return [t.name for t in self.tasks] + ([ASK_TASK] if self.variations else [])
+        return [t.name for t in self.tasks] + ([ASK_TASK] if self.variations or self.questions else [])
 
     def grounding_at(self, depth: int) -> int:
         return default_layer(depth) if self.grounding_layer < 0 else self.grounding_layer
@@ -134,8 +143,15 @@ class TrainConfig:
         return tuple(layers)
 
     def delta_mask(self, action_dim: int) -> list[bool]:
-        """Every dim but the last (the gripper) relative to the state, as openpi's make_bool_mask(n, -1)."""
-        return [i < action_dim - 1 for i in range(action_dim)] if self.delta_actions else []
+        """The stated relative dims, else every dim but the last (the gripper) relative to the state, as openpi's
+        make_bool_mask(n, -1); none with absolute actions."""
+        if not self.delta_actions:
+            return []
+        if self.delta_action_mask:
+            if len(self.delta_action_mask) != action_dim:
+                raise ValueError(f"delta_action_mask has {len(self.delta_action_mask)} dims; the actions have {action_dim}")
+            return list(self.delta_action_mask)
+        return [i < action_dim - 1 for i in range(action_dim)]
 
 
 @dataclass
@@ -202,7 +218,7 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 def runtime_config(cfg: TrainConfig, model_config: ModelConfig) -> RuntimeConfig:
     return RuntimeConfig(
         horizon=model_config.action_horizon, prompt_format=cfg.prompt_format, tasks=list(cfg.tasks), kv_budget_mb=4.0,
-        delta_action_mask=cfg.delta_mask(model_config.action_dim),
+        delta_action_mask=cfg.delta_mask(model_config.action_dim), embodiment=cfg.embodiment,
     )
 
 
@@ -222,10 +238,11 @@ def prepare(
     # The action expert's width in and out is the robot's: joints + gripper of the data.
     model_config = model_config.replace(action_dim=int(samples[0].actions.shape[-1]))
     delta_mask = cfg.delta_mask(model_config.action_dim)
-    stats = compute_norm_stats(samples, delta_mask)
+    adapter = make_adapter(cfg.embodiment)
+    stats = compute_norm_stats(samples, delta_mask, adapter)
     normalizer = Normalizer(stats, mode="quantile")
     # The data's own strings plus the built-in robotics corpus, so the vocabulary size is always reachable.
-    corpus = text_corpus(samples, normalizer, [t.prompt for t in cfg.tasks], vocabulary) + robot_corpus()
+    corpus = text_corpus(samples, normalizer, [t.prompt for t in cfg.tasks], vocabulary, adapter) + robot_corpus()
     tokenizer = train_tokenizer(out_dir / TOKENIZER_FILE, model_config.vocab_size, corpus, cfg.fold_case)
     torch.manual_seed(cfg.seed)
     model = Pi05Model(model_config)
@@ -272,7 +289,7 @@ def train(
         raise ValueError(f"recognition_layer {cfg.recognition_layer} is not -1 or a layer of the {depth}-layer backbone")
     heads = patch_heads(cfg, model.config)
     history: dict[str, list[float]] = {"total": [], "flow": [], "text": [], "lr": []}
-    save = (lambda m: _save_weights(m, out, stats, cfg.delta_mask(model.config.action_dim))) if cfg.save_every else None
+    save = (lambda m: _save_weights(m, out, stats, cfg)) if cfg.save_every else None
     t1 = time.perf_counter()
     saved = _optimize(model, data, cfg, cfg, torch.Generator().manual_seed(cfg.seed), history, "train", progress, save, heads)
     train_seconds = time.perf_counter() - t1
@@ -419,8 +436,9 @@ def _optimize(
     return saved
 
 
-def _save_weights(model: Pi05Model, out: Path, stats: dict, delta_mask: list[bool]) -> None:
-    save_checkpoint(model, out, layout="oxygen", norm_stats=stats, asset_id=ASSET_ID, delta_action_mask=delta_mask or None)
+def _save_weights(model: Pi05Model, out: Path, stats: dict, cfg: TrainConfig) -> None:
+    delta_mask = cfg.delta_mask(model.config.action_dim)
+    save_checkpoint(model, out, layout="oxygen", norm_stats=stats, asset_id=cfg.asset_id, delta_action_mask=delta_mask or None)
 
 
 def summary(cfg: TrainConfig, result: TrainResult) -> dict:
@@ -443,6 +461,6 @@ def summary(cfg: TrainConfig, result: TrainResult) -> dict:
 def save_outputs(cfg: TrainConfig, result: TrainResult, model: Pi05Model, stats: dict) -> None:
     out = result.out_dir
     stored = model.to(torch.bfloat16) if cfg.dtype == "bfloat16" else model
-    _save_weights(stored, out, stats, cfg.delta_mask(model.config.action_dim))
+    _save_weights(stored, out, stats, cfg)
     plot_losses(result.history, out / "losses.png")
     (out / SUMMARY_FILE).write_text(json.dumps(summary(cfg, result), indent=2))

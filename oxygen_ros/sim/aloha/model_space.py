@@ -18,19 +18,11 @@ from oxygen_ros.embodiment import aloha
 from oxygen_ros.model.normalize import Normalizer
 
 
-def encode_actions_inv(actions: np.ndarray) -> np.ndarray:
-    """Dataset-space actions [..., 14] → π's space (``_encode_actions_inv`` with adapt_to_pi)."""
-    out = aloha.FLIP * np.asarray(actions, dtype=np.float64)[..., : aloha.DIM]
-    lo, hi = aloha.JOINT_CLOSED_OPEN
-    out[..., aloha.GRIPPERS] = out[..., aloha.GRIPPERS] * (hi - lo) + lo - aloha.PI_ANGLE_RANGE[0]
-    return out
-
-
 def model_outputs(actions: np.ndarray, state: np.ndarray, normalizer: Normalizer,
                   delta_action_mask: Sequence[bool] | None, action_dim: int) -> np.ndarray:  # fmt: skip
     """Dataset-space actions [H, 14] taken from dataset-space ``state`` [14] → the model's normalized output
     [H, action_dim] (float32, zero padded), as an openpi ALOHA checkpoint with adapt_to_pi gives them."""
-    pi_actions = encode_actions_inv(actions)
+    pi_actions = aloha.actions_in(np.asarray(actions, dtype=np.float64))
     if delta_action_mask is not None:
         mask = np.asarray(delta_action_mask[: aloha.DIM], dtype=bool)
         pi_state = aloha.state_in(np.asarray(state, dtype=np.float64))

@@ -1,0 +1,55 @@
+"""The committed recipes of ``oxygen-train-demo``, one per simulated environment: the training settings, the
+sample source, the on-policy source of the DAgger rounds and the tokenizer's extra vocabulary.
+
+* ``table_top``: the package's own pick task (``oxygen_ros/sim``; ``models/demo``; docs/training.md).
+* ``aloha_transfer_cube``: the MuJoCo ALOHA's cube hand-over (``oxygen_ros/sim/aloha``; ``models/aloha``) in
+  openpi's ALOHA layout: the data in ALOHA's dataset space go through the ``aloha`` embodiment's input
+  transforms (joint flips, the gripper as pi's angle) with openpi's relative arm joints, so the checkpoint is
+  served through ``config/robots/aloha.yaml``'s adapter and conversions as a real fine-tune is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+
+from oxygen_ros.runtime.config import default_tasks
+
+from .trainer import OnPolicySource, SampleSource, TrainConfig
+
+ENVS = ("table_top", "aloha_transfer_cube")
+OUT_DIRS = {"table_top": "models/demo", "aloha_transfer_cube": "models/aloha"}
+# openpi's ALOHA configs: make_bool_mask(6, -1, 6, -1), the arm joints relative, the grippers absolute
+ALOHA_DELTA_MASK = (True,) * 6 + (False,) + (True,) * 6 + (False,)
+
+
+def recipe(env: str) -> TrainConfig:
+    if env == "table_top":
+        from oxygen_ros.sim.expert import object_names
+
+        return TrainConfig(object_names=tuple(object_names()))
+    if env == "aloha_transfer_cube":
+        from oxygen_ros.sim.aloha.dataset import CONTROL_PERIOD_S
+
+        return TrainConfig(
+            steps=1500, samples=16000, preset="aloha_demo", control_period_s=CONTROL_PERIOD_S, tasks=default_tasks(),
+            variations=False, questions=True, embodiment="aloha", delta_action_mask=ALOHA_DELTA_MASK, asset_id="trossen",
+            grounding_weight=1.0, recognition_weight=0.0, pointing_weight=0.0, dagger_rounds=0,
+        )  # fmt: skip
+    raise ValueError(f"unknown environment {env!r}; choose one of {list(ENVS)}")
+
+
+def sources(env: str, variations: bool) -> tuple[SampleSource, OnPolicySource | None, Sequence[str]]:
+    """(expert samples, on-policy samples or None, extra tokenizer vocabulary) of ``env``."""
+    if env == "table_top":
+        from oxygen_ros.sim.dagger import policy_samples
+        from oxygen_ros.sim.dataset import expert_samples, vocabulary
+
+        if variations:
+            return partial(expert_samples, variations=True), partial(policy_samples, variations=True), vocabulary(True)
+        return expert_samples, policy_samples, vocabulary(False)
+    if env == "aloha_transfer_cube":
+        from oxygen_ros.sim.aloha.dataset import aloha_samples, vocabulary as aloha_vocabulary
+
+        return aloha_samples, None, aloha_vocabulary()
+    raise ValueError(f"unknown environment {env!r}; choose one of {list(ENVS)}")
