@@ -9,7 +9,8 @@
     oxygen-sim chunking --episodes 20 --out docs/rtc                 # naive / aligned / aligned+RTC at 0-300 ms
     oxygen-sim expert --episodes 50 --seed 0                     # the scripted expert's own success rate
     oxygen-sim expert --env aloha_transfer_cube --episodes 50 --seed 0 [--through-outputs config/robots/aloha.yaml]
-    oxygen-sim eval --env aloha_transfer_cube --params-file my_aloha.yaml --episodes 20 --gif out/aloha/episode.gif
+    oxygen-sim eval --env aloha_transfer_cube --episodes 20 --seed 0 --questions 2   # config/aloha_demo.yaml, no DDS
+    oxygen-sim eval --env aloha_transfer_cube --params-file my_aloha.yaml --through-node --gif out/aloha/episode.gif
 
 The last line printed is one JSON object (success_rate, mean_time_to_success_s, narration_accuracy,
 memory_accuracy, answer_accuracy, success_by_family, chunks, episodes, ...). Held-out evaluation seeds are in [0, 1_000_000); training uses
@@ -36,7 +37,7 @@ from oxygen_ros.runtime.paths import with_resolved_paths
 from oxygen_ros.runtime.trajectory import JointLimits
 
 from .dataset import expert_episode
-from .episode import EVAL_FAMILIES, SCENE_FAMILIES, EpisodeSpec
+from .episode import DEFAULT_TIME_LIMIT_S, EVAL_FAMILIES, SCENE_FAMILIES, EpisodeSpec
 from .phrasing import FAMILIES, SPLITS
 from .scene import MAX_OBJECTS, Scene
 from .variation import DISTRACTORS, Lighting
@@ -75,10 +76,30 @@ def _config_from_args(args: argparse.Namespace) -> tuple[RuntimeConfig, EvalSett
     """The parameters file's configuration with the command line's overrides (ValueError on a bad value)."""
     config, settings = load_params(args.params_file)
     config = deterministic_config(config, getattr(args, "tokens_per_frame", None), args.engine_mode)
+    return with_overrides(config, args), settings
+
+
+def with_overrides(config: RuntimeConfig, args: argparse.Namespace) -> RuntimeConfig:
+    """The command line's threads, real-time chunking and execution horizon over the file's (validated)."""
     overrides = {"num_threads": args.num_threads, "rtc": getattr(args, "rtc", None), "replan": args.replan,
                  "n_action_steps": args.n_action_steps}
-    config = dataclasses.replace(config, **{k: v for k, v in overrides.items() if v is not None}).validate()
-    return config, settings
+    return dataclasses.replace(config, **{k: v for k, v in overrides.items() if v is not None}).validate()
+
+
+def with_run_settings(settings: EvalSettings, args: argparse.Namespace) -> EvalSettings:
+    """The command line's latency, time alignment, blank cameras and questions over the file's settings."""
+    return dataclasses.replace(settings, latency_s=args.latency, time_alignment=args.time_alignment or "",
+                               blank_cameras=args.blank_cameras, questions=args.questions, question_split=args.split)  # fmt: skip
+
+
+def collect(results: Any, total: int, desc: str, quiet: bool) -> list[Any]:
+    """Episode results as they finish, behind a progress bar with the running success count."""
+    out: list[Any] = []
+    bar = tqdm(results, total=total, desc=desc, disable=quiet, dynamic_ncols=True, file=sys.stderr)
+    for result in bar:
+        out.append(result)
+        bar.set_postfix(success=f"{sum(r.success for r in out)}/{len(out)}")
+    return out
 
 
 def _pair(values: list[float] | None, flag: str) -> tuple[float, float] | None:
@@ -125,11 +146,7 @@ def _eval(args: argparse.Namespace) -> int:
     except (ParamsFileError, ValueError, TypeError) as exc:
         print(f"oxygen-sim: {exc}", file=sys.stderr)
         return 2
-    settings = dataclasses.replace(
-        settings, latency_s=args.latency, time_alignment=args.time_alignment or "",
-        blank_cameras=args.blank_cameras, time_limit_s=args.time_limit,
-    )  # fmt: skip
-    settings = dataclasses.replace(settings, questions=args.questions, question_split=args.split)
+    settings = dataclasses.replace(with_run_settings(settings, args), time_limit_s=args.time_limit or DEFAULT_TIME_LIMIT_S)
     try:
         specs = varied_specs(args)
     except (OSError, ValueError) as exc:
@@ -140,14 +157,10 @@ def _eval(args: argparse.Namespace) -> int:
     except RuntimeLoadError as exc:
         print(f"oxygen-sim: {exc}", file=sys.stderr)
         return 1
-    results = []
-    bar = tqdm(evaluate(runtime, specs, settings, args.envs, exact=not args.any_length), total=len(specs), desc=f"eval {config.engine_mode}",
-               disable=args.quiet, dynamic_ncols=True, file=sys.stderr)  # fmt: skip
     started = time.perf_counter()
     try:
-        for result in bar:
-            results.append(result)
-            bar.set_postfix(success=f"{sum(r.success for r in results)}/{len(results)}")
+        results = collect(evaluate(runtime, specs, settings, args.envs, exact=not args.any_length), len(specs),
+                          f"eval {config.engine_mode}", args.quiet)  # fmt: skip
     except ValueError as exc:  # e.g. --envs with a mode that serves one robot only
         print(f"oxygen-sim: {exc}", file=sys.stderr)
         return 2
@@ -244,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="how chunks are timed (default: the file's time_alignment, else stamp)")
     ev.add_argument("--rtc", action=argparse.BooleanOptionalAction, help="real-time chunking (default: the file's rtc)")
     ev.add_argument("--blank-cameras", action="store_true", help="black camera images (does the policy use vision?)")
-    ev.add_argument("--time-limit", type=float, default=12.0, help="seconds per episode")
+    ev.add_argument("--time-limit", type=float, help=f"seconds per episode (default {DEFAULT_TIME_LIMIT_S:g}; --env aloha_*: 400 steps, 8 s)")
     ev.add_argument("--instruction", help="use this instruction in every episode (any text)")
     ev.add_argument("--family", nargs="+", choices=[*EVAL_FAMILIES, "all"], metavar="FAMILY",
                     help="run the seeds' episodes once per family: instruction phrasings (" + ", ".join(FAMILIES)
@@ -266,10 +279,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "not bit for bit: a closed loop may then end an episode differently)")
     ev.add_argument("--json-out", help="write the summary and every episode's details here")
     ev.add_argument("--quiet", action="store_true")
-    _add_aloha_args(ev, "the flags above are the table-top simulator's; the node runs over DDS in lockstep")
-    ev.add_argument("--image-width", type=int, default=320, help="--env aloha_*: camera image width")
-    ev.add_argument("--image-height", type=int, default=240, help="--env aloha_*: camera image height")
-    ev.add_argument("--fast-render", action="store_true", help="--env aloha_*: no shadows, no anti-aliasing (10x cheaper)")
+    _add_aloha_args(ev, "default params file config/aloha_demo.yaml; the scene-variation flags are the table-top's")
+    ev.add_argument("--expert-as-model", action="store_true",
+                    help="--env aloha_*: the scripted expert's chunks as the network's output (a small random checkpoint "
+                    "in place of the file's; its texts are random): checks the loop, the adapter and the conversions")
+    ev.add_argument("--through-node", action="store_true",
+                    help="--env aloha_*: run oxygen_node and the simulator node over DDS in lockstep instead")
+    ev.add_argument("--image-width", type=int, help="--through-node: camera image width (default: the file's camera_widths, else 320)")
+    ev.add_argument("--image-height", type=int, help="--through-node: camera image height (default: the file's camera_heights, else 240)")
+    ev.add_argument("--fast-render", action="store_true", help="--through-node: no shadows, no anti-aliasing (10x cheaper; "
+                    "the loop without DDS always renders so, as the training data is)")
     ch = sub.add_parser("chunking", help="naive vs time-aligned vs time-aligned + RTC at several latencies")
     ch.add_argument("--episodes", type=int, default=20)
     ch.add_argument("--seed", type=int, default=0)
@@ -306,7 +325,8 @@ def _add_aloha_args(parser: argparse.ArgumentParser, note: str) -> None:
     parser.add_argument("--env", choices=["tabletop", *ENVS], default="tabletop",
                         help=f"the simulator: the table-top arm (default) or the MuJoCo ALOHA (gym-aloha scenes; {note})")
     parser.add_argument("--timeout", type=float, default=7200.0, help="--env aloha_*: wall-time limit of the run in seconds")
-    parser.add_argument("--gif", help="--env aloha_*: write cam_high of the first episode here (every 5th step, 320x240)")
+    parser.add_argument("--gif", help="--env aloha_*: a GIF of the first episode (every 5th step): the three cameras with "
+                        "the streamed texts (--through-node: cam_high alone, 320x240)")
 
 
 def main(argv: list[str] | None = None) -> int:

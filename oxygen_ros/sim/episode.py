@@ -16,6 +16,7 @@ from oxygen_ros.runtime.trajectory import TimedTrajectory
 
 from .expert import SUBSTEP_S, instruction_for, location_text, memory_text, subtask_text
 from .phrasing import FAMILIES, phrase, target_in
+from .questions import answer, draw_question
 from .follower import TrajectoryFollower, TrajectoryRejected
 from .render import render_views
 from .variation import DISTRACTORS, Lighting, absent_name, add_distractor
@@ -82,6 +83,10 @@ class EpisodeSpec:
         base = cls.from_seed(seed, num_objects)
         return replace(base, instruction=template.replace("{}", base.target_name or ""), family="template")
 
+    def make_episode(self, control_period_s: float, time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> "SimEpisode":
+        """The episode in simulated time (what `evaluate.EpisodeLoop` runs)."""
+        return SimEpisode(self, control_period_s, time_limit_s)
+
     def scene(self) -> Scene:
         """The episode's scene: the seed's, with the distractor if it has one."""
         scene = Scene.random(self.seed, self.num_objects)
@@ -143,6 +148,15 @@ class SimEpisode:
     @property
     def memory(self) -> str | None:
         return memory_text(self.scene, self.target, self.spec.target_name)
+
+    def labels(self) -> dict[str, str | None]:
+        """What the scene's truth says now, per text task: the subtask, the scene note, the object's place."""
+        return {"language": self.subtask, "memory": self.memory, "location": self.location}
+
+    def draw_question(self, rng: np.random.Generator, split: str) -> tuple[str, str]:
+        """A question about the scene (``questions.draw_question``, phrased from ``split``) and its answer now."""
+        question = draw_question(self.scene, rng, split)
+        return question.text, answer(self.scene, question)
 
     @property
     def succeeded(self) -> bool:

@@ -29,7 +29,7 @@ from oxygen_ros.runtime.trajectory import JointLimits
 
 from .dataset import CONTROL_PERIOD_S
 from .episode import DEFAULT_TIME_LIMIT_S, EpisodeSpec, SimEpisode
-from .questions import ANSWER_MAX_TOKENS, answer, answer_kind, draw_question
+from .questions import ANSWER_MAX_TOKENS, answer_kind
 from .runner import HeldOutEpisodes
 from .scene import JOINT_LOWER, JOINT_NAMES, JOINT_UPPER
 
@@ -100,6 +100,8 @@ class _TextCollector:
     def __init__(self, labels: dict[int, dict[str, str | None]]) -> None:
         self.labels = labels
         self.answers: dict[int, str] = {}  # request id of a question -> its true answer at the frame it was asked
+        self.questions: dict[int, str] = {}  # request id of a question -> its text
+        self.asked: dict[int, str] = {}  # index of an answer's record -> the question's text
         self.parts: dict[int, list[str]] = {}
         self.records: list[TextRecord] = []
 
@@ -111,6 +113,7 @@ class _TextCollector:
                 if ev.finish_reason != "cancelled":
                     if ev.task == ASK_TASK:
                         label = self.answers.get(ev.request_id)
+                        self.asked[len(self.records)] = self.questions.get(ev.request_id, "")
                     else:
                         label = self.labels.get(ev.frame_seq, {}).get(ev.task)
                     self.records.append(TextRecord(ev.task, text, label, ev.frame_seq))
@@ -127,16 +130,23 @@ def _cancel_text(runtime: PolicyRuntime, robot: str = "") -> None:
 class EpisodeLoop:
     """One episode between the engine's ticks: ``observe`` runs the physics to the next tick that wants a
     chunk and returns its frame, ``act`` delivers the chunk. Several loops, one per robot of the runtime,
-    can share the ticks of one engine (``evaluate_batched``)."""
+    can share the ticks of one engine (``evaluate_batched``).
 
-    def __init__(self, runtime: PolicyRuntime, spec: EpisodeSpec, settings: EvalSettings, robot: str = "") -> None:
+    The episode comes from ``spec.make_episode(control_period_s, time_limit_s)``: the table-top `SimEpisode`
+    or the MuJoCo ALOHA's (`aloha/episode.py`). It advances its physics (``advance``), shows ``images(size)``
+    and ``state``, takes timed trajectories (``deliver``), says its texts' truth (``labels()``: the
+    narration and memory labels of the frame; ``draw_question(rng, split)``: a question and its answer now),
+    and reports ``done``, ``succeeded``, ``success_time_s``, ``time_s``, ``location``, ``absent``,
+    ``switches``, ``rejected`` and ``jerk_rms()``."""
+
+    def __init__(self, runtime: PolicyRuntime, spec: Any, settings: EvalSettings, robot: str = "") -> None:
         if runtime.config.engine_mode == "oxygen" and runtime.config.tokens_per_frame < 1:
             raise ValueError("closed-loop evaluation needs tokens_per_frame >= 1 (deadline-driven decoding is not reproducible)")
         self.runtime, self.spec, self.settings, self.robot = runtime, spec, settings, robot
         runtime.engine.robot(robot).generator.manual_seed(spec.seed)  # the action noise is the episode's
         runtime.engine.restart_schedule(robot)  # every episode starts its text tasks on the same ticks
         runtime.forget_chunk(robot)  # the first chunk of an episode continues nothing
-        self.episode = SimEpisode(spec, settings.control_period_s, settings.time_limit_s)
+        self.episode = spec.make_episode(settings.control_period_s, settings.time_limit_s)
         self.labels: dict[int, dict[str, str | None]] = {}
         self.text = _TextCollector(self.labels)
         self.result = EpisodeResult(spec, False, None, 0.0, 0, 0, place=self.episode.location,
@@ -163,7 +173,7 @@ class EpisodeLoop:
             if settings.blank_cameras:
                 images = tuple(np.zeros_like(im) for im in images)
             seq = runtime.engine.robot(self.robot).ticks
-            self.labels[seq] = {"language": episode.subtask, "memory": episode.memory, "location": episode.location}
+            self.labels[seq] = episode.labels()
             self._stamp_ns = int(round(t * NS))
             try:
                 frame = runtime.make_frame(images, episode.state, self.spec.instruction, self._stamp_ns, frame_seq=seq)
@@ -172,9 +182,9 @@ class EpisodeLoop:
                 self.tick += 1
                 continue
             if self.result.chunks in self._ask_at:
-                question = draw_question(episode.scene, self._question_rng, settings.question_split)
-                request = runtime.ask(runtime.question_tokens(question.text), ANSWER_MAX_TOKENS, self.robot)
-                self.text.answers[request] = answer(episode.scene, question)
+                question, truth = episode.draw_question(self._question_rng, settings.question_split)
+                request = runtime.ask(runtime.question_tokens(question), ANSWER_MAX_TOKENS, self.robot)
+                self.text.answers[request], self.text.questions[request] = truth, question
             return frame
 
     def act(self, step: StepResult) -> None:
@@ -216,7 +226,12 @@ def run_episode(
     on_tick: Callable[[SimEpisode, Any], None] | None = None,
 ) -> EpisodeResult:
     """One episode in simulated time; deterministic for the spec (the action noise is seeded by it)."""
-    loop = EpisodeLoop(runtime, spec, settings)
+    return drive(EpisodeLoop(runtime, spec, settings), on_tick)
+
+
+def drive(loop: EpisodeLoop, on_tick: Callable[[Any, Any], None] | None = None) -> EpisodeResult:
+    """Run a loop's episode to its end: a chunk per due tick, then the decode steps of the text."""
+    runtime, settings = loop.runtime, loop.settings
     while (frame := loop.observe()) is not None:
         step = runtime.step(frame, settings.action_period_s, settings.latency_s)
         loop.act(step)

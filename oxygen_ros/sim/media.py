@@ -100,29 +100,32 @@ def _said_by(log: EpisodeLog, task: str, stamp_ns: int) -> str:
 
 
 def episode_frames(log: EpisodeLog, width: int = 320) -> list[Image.Image]:
-    """One picture per recorded camera frame: base view, wrist view beside it, the streamed text below."""
+    """One picture per recorded camera frame: base view, wrist view beside it, the streamed text below. A log
+    without wrist views shows its frames alone, ``width`` wide at their own aspect (e.g. cameras side by side)."""
     font, small = _font(15), _font(13)
-    side = width // 2
+    side = width // 2 if log.wrist else 0
     out = []
     for stamp, view in log.frames:
         if stamp < log.start_ns - NS:  # from before the policy was there (the first scene waits for it)
             continue
-        canvas = Image.new("RGB", (width + side, width + 106), (24, 26, 30))
-        canvas.paste(Image.fromarray(view).resize((width, width), Image.Resampling.BILINEAR), (0, 0))
+        height = width if log.wrist else round(width * view.shape[0] / view.shape[1])
+        canvas = Image.new("RGB", (width + side, height + 106), (24, 26, 30))
+        canvas.paste(Image.fromarray(view).resize((width, height), Image.Resampling.BILINEAR), (0, 0))
         wrist = _latest(log.wrist, stamp)
         d = ImageDraw.Draw(canvas)
         if wrist is not None:
             canvas.paste(Image.fromarray(wrist).resize((side, side), Image.Resampling.NEAREST), (width, 0))
-        d.text((width + 8, side + 6), "base camera (left)", fill=(170, 170, 170), font=small)
-        d.text((width + 8, side + 24), "wrist camera (above)", fill=(170, 170, 170), font=small)
+        if log.wrist:
+            d.text((width + 8, side + 6), "base camera (left)", fill=(170, 170, 170), font=small)
+            d.text((width + 8, side + 24), "wrist camera (above)", fill=(170, 170, 170), font=small)
         t = (stamp - log.start_ns) / NS
-        d.text((8, width + 4), f"task: {log.instruction}   t = {max(t, 0):4.1f} s", fill=(235, 235, 235), font=font)
-        d.text((8, width + 26), f"narration: {_said_by(log, 'language', stamp)}", fill=(120, 220, 140), font=font)
-        d.text((8, width + 48), f"memory: {_said_by(log, 'memory', stamp)}", fill=(140, 180, 250), font=small)
+        d.text((8, height + 4), f"task: {log.instruction}   t = {max(t, 0):4.1f} s", fill=(235, 235, 235), font=font)
+        d.text((8, height + 26), f"narration: {_said_by(log, 'language', stamp)}", fill=(120, 220, 140), font=font)
+        d.text((8, height + 48), f"memory: {_said_by(log, 'memory', stamp)}", fill=(140, 180, 250), font=small)
         answered = [a for a in log.answers if a.final_ns <= stamp]  # only once the policy answered
         if answered:
             a = answered[-1]
-            d.text((8, width + 70), f"asked: {a.question}  answer: {a.answer.strip()} {a.verdict}", fill=(240, 200, 120), font=small)
+            d.text((8, height + 70), f"asked: {a.question}  answer: {a.answer.strip()} {a.verdict}", fill=(240, 200, 120), font=small)
         out.append(canvas)
     if out:  # hold the outcome on the last frame
         last = out[-1].copy()
@@ -134,8 +137,8 @@ def episode_frames(log: EpisodeLog, width: int = 320) -> list[Image.Image]:
     return out
 
 
-def write_gif(log: EpisodeLog, path: Path, fps: float = 10.0) -> Path:
-    frames = episode_frames(log)
+def write_gif(log: EpisodeLog, path: Path, fps: float = 10.0, width: int = 320) -> Path:
+    frames = episode_frames(log, width)
     if not frames:
         raise ValueError("no camera frames were recorded for this episode")
     path.parent.mkdir(parents=True, exist_ok=True)

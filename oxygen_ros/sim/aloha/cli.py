@@ -2,16 +2,21 @@
 
     oxygen-sim expert --env aloha_transfer_cube --episodes 50 --seed 0
     oxygen-sim expert --env aloha_transfer_cube --episodes 50 --seed 0 --through-outputs config/robots/aloha.yaml
-    oxygen-sim eval --env aloha_transfer_cube --params-file my_aloha.yaml --episodes 20 --gif out/aloha/episode.gif
+    oxygen-sim eval --env aloha_transfer_cube --episodes 20 --seed 0 --questions 2 --gif out/aloha/episode.gif
+    oxygen-sim eval --env aloha_transfer_cube --episodes 20 --seed 0 --expert-as-model   # the loop's oracle
+    oxygen-sim eval --env aloha_transfer_cube --params-file my_aloha.yaml --through-node --gif out/aloha/episode.gif
 
-The last line printed is one JSON object (``success_rate`` first). ``--through-outputs`` and ``eval`` run the
-policy node and the simulator node in one process over DDS, kept on this machine
-(ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST unless set).
+The last line printed is one JSON object (``success_rate`` first). ``eval`` runs the closed loop without DDS
+(``oxygen_ros.sim.evaluate`` with the ALOHA episode), from config/aloha_demo.yaml unless --params-file says
+otherwise, and prints the table-top eval's keys (``narration_accuracy``, ``memory_accuracy``,
+``answer_accuracy``). ``--through-outputs`` and ``eval --through-node`` run the policy node and the simulator
+node in one process over DDS, kept on this machine (ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST unless set).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -20,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 ENV_PREFIX = "aloha_"
+ALOHA_DEMO_PARAMS = Path(__file__).resolve().parents[3] / "config" / "aloha_demo.yaml"  # --env aloha_* without --params-file
 ENVS = ("aloha_transfer_cube", "aloha_insertion")
 GIF_EVERY_STEPS = 5  # a GIF frame every 0.1 s of sim time, shown at 10 fps: real time
 
@@ -98,31 +104,110 @@ def expert(args: argparse.Namespace) -> int:
 
 
 def evaluate(args: argparse.Namespace) -> int:
+    from ..cli import DEFAULT_PARAMS
+
+    params_file = ALOHA_DEMO_PARAMS if Path(args.params_file).resolve() == DEFAULT_PARAMS.resolve() else Path(args.params_file)
+    if args.through_node:
+        return _through_node(args, params_file)
+    return _offline(args, params_file)
+
+
+def _offline(args: argparse.Namespace, params_file: Path) -> int:
+    """The closed loop without DDS (``oxygen_ros.sim.evaluate``): the same JSON keys as the table-top eval."""
+    import time
+    from contextlib import nullcontext
+
+    import torch
+
+    from oxygen_ros.runtime import PolicyRuntime, RuntimeLoadError
+    from oxygen_ros.runtime.params_file import ParamsFileError
+
+    from ..cli import _shown, collect, with_overrides, with_run_settings
+    from ..evaluate import EpisodeLoop, drive, evaluate as run_all, summarize
+    from .evaluation import eval_config, expert_as_model, episode_specs, load_params, small_checkpoint
+    from .recording import EpisodeRecorder
+
+    if args.expert_as_model and args.envs > 1:
+        print("oxygen-sim: --expert-as-model runs one environment (its expert follows one episode at a time)", file=sys.stderr)
+        return 2
+    with small_checkpoint() if args.expert_as_model else nullcontext({}) as overrides:
+        try:
+            params = load_params(params_file, overrides)
+            config = with_overrides(eval_config(params.config, args.tokens_per_frame, args.engine_mode), args)
+            settings = with_run_settings(params.settings, args)
+            if args.time_limit:
+                settings = dataclasses.replace(settings, time_limit_s=args.time_limit)
+        except (OSError, ParamsFileError, ValueError, TypeError) as exc:
+            hint = (" (models/aloha comes from `oxygen-train-demo --env aloha_transfer_cube`; or give --params-file, "
+                    "or --expert-as-model)") if params_file == ALOHA_DEMO_PARAMS and "checkpoint" in str(exc) else ""  # fmt: skip
+            print(f"oxygen-sim: {params_file}: {exc}{hint}", file=sys.stderr)
+            return 2
+        try:
+            if args.expert_as_model:
+                runtime, expert, running = expert_as_model(config)
+            else:
+                runtime, expert, running = PolicyRuntime.load(config), None, None
+        except RuntimeLoadError as exc:
+            print(f"oxygen-sim: {exc}", file=sys.stderr)
+            return 1
+        kept = {"instruction": args.instruction} if args.instruction is not None else {}
+        try:
+            specs = [dataclasses.replace(s, **kept) for s in episode_specs(params.wiring, args.seed, args.episodes, on_start=running)]
+        except ValueError as exc:
+            print(f"oxygen-sim: {exc}", file=sys.stderr)
+            return 2
+        started = time.perf_counter()
+        results, gif = [], None
+        with torch.inference_mode():
+            if args.gif:  # the first episode recorded: the same episode (its result does not depend on being filmed)
+                loop = EpisodeLoop(runtime, specs[0], settings)
+                recorder = EpisodeRecorder(loop, runtime.image_size)
+                results.append(drive(loop))
+                gif = recorder.write(results[0], Path(args.gif))
+        results += collect(run_all(runtime, specs[len(results):], settings, args.envs, exact=not args.any_length),
+                           len(specs) - len(results), f"eval {args.env}", args.quiet)  # fmt: skip
+        wall_s = time.perf_counter() - started
+    order = {s.seed: i for i, s in enumerate(specs)}
+    results.sort(key=lambda r: order[r.spec.seed])  # several environments finish out of order
+    summary: dict[str, Any] = {**summarize(results, runtime, settings), "env": args.env, "seed": args.seed,
+                               "envs": args.envs, "params_file": _shown(params_file), "expert_as_model": args.expert_as_model,
+                               "decode_steps_per_chunk": config.tokens_per_frame, "image_size": runtime.image_size,
+                               "wall_s": round(wall_s, 2), "wall_s_per_episode": round(wall_s / len(results), 2)}  # fmt: skip
+    if expert is not None:
+        summary["stale_frames"] = expert.stale_frames
+    if gif is not None:
+        summary["gif"] = _shown(gif)
+    if args.json_out:
+        episodes = [{"seed": r.spec.seed, "place": r.place, "success": r.success, "time_to_success_s": r.time_to_success_s,
+                     "chunks": r.chunks, "rejected": r.rejected, "texts": [vars(t) for t in r.texts]} for r in results]  # fmt: skip
+        Path(args.json_out).write_text(json.dumps({"summary": summary, "episodes": episodes}, indent=1))
+    print(json.dumps(summary))
+    return 0
+
+
+def _through_node(args: argparse.Namespace, params_file: Path) -> int:
+    """oxygen_node and the simulator node over DDS in lockstep (``oxygen_ros.ros.aloha_loop``)."""
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     from oxygen_ros.ros.aloha_loop import node_values, run_loop
     from oxygen_ros.runtime import RuntimeLoadError
     from oxygen_ros.runtime.params_file import ParamsFileError
 
-    from ..cli import DEFAULT_PARAMS
-
-    if Path(args.params_file).resolve() == DEFAULT_PARAMS.resolve():
-        print(f"oxygen-sim: --env {args.env} needs --params-file: your copy of config/robots/aloha.yaml with your "
-              "checkpoint (the default file is the table-top demo's)", file=sys.stderr)  # fmt: skip
-        return 2
     try:
-        values = node_values(args.params_file)
+        values = node_values(params_file)
     except (OSError, ParamsFileError) as exc:
         print(f"oxygen-sim: {exc}", file=sys.stderr)
         return 2
     seeds = list(range(args.seed, args.seed + args.episodes))
+    widths, heights = values.get("camera_widths") or [], values.get("camera_heights") or []
+    image_size = (args.image_height or (heights[0] if heights else 240), args.image_width or (widths[0] if widths else 320))
     try:
-        result = run_loop(values, seeds, task_of(args.env), image_size=(args.image_height, args.image_width),
-                          fast_render=args.fast_render, gif_every_steps=GIF_EVERY_STEPS if args.gif else 0, timeout_s=args.timeout)  # fmt: skip
+        result = run_loop(values, seeds, task_of(args.env), image_size=image_size, fast_render=args.fast_render,
+                          gif_every_steps=GIF_EVERY_STEPS if args.gif else 0, timeout_s=args.timeout)  # fmt: skip
     except (RuntimeLoadError, ValueError) as exc:
         print(f"oxygen-sim: {exc}", file=sys.stderr)
         return 1
     summary: dict[str, Any] = {"env": args.env, **_episode_summary(result.episodes), "seed": args.seed,
-                               "params_file": str(args.params_file), **_loop_figures(result)}  # fmt: skip
+                               "params_file": str(params_file), **_loop_figures(result)}  # fmt: skip
     if args.gif and result.frames:
         summary["gif"] = str(write_gif(result.frames, Path(args.gif)))
     if args.json_out:

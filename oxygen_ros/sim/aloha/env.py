@@ -61,10 +61,15 @@ class AlohaEnv:
 
     def images(self, height: int = 224, width: int = 224, cameras: tuple[str, ...] = tuple(CAMERA_OF)) -> dict[str, np.ndarray]:
         """The named cameras' images now (openpi names or the scene's own: ``top``, ``left_wrist``, ...)."""
-        out = {}
-        for name in cameras:
-            camera = CAMERA_OF.get(name, name)
-            if camera not in CAMERAS:
-                raise ValueError(f"unknown camera {name!r}; choose from {list(CAMERA_OF)} or {list(CAMERAS)}")
-            out[name] = self.physics.render(camera, height, width)
-        return out
+        return camera_images(self.physics, height, width, cameras)
+
+
+def camera_images(physics: AlohaPhysics, height: int, width: int, cameras: tuple[str, ...] = tuple(CAMERA_OF)) -> dict[str, np.ndarray]:
+    """The named cameras' images of a scene now (openpi names or the scene's own)."""
+    out = {}
+    for name in cameras:
+        camera = CAMERA_OF.get(name, name)
+        if camera not in CAMERAS:
+            raise ValueError(f"unknown camera {name!r}; choose from {list(CAMERA_OF)} or {list(CAMERAS)}")
+        out[name] = physics.render(camera, height, width)
+    return out

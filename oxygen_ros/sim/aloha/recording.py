@@ -1,0 +1,51 @@
+"""A GIF of one ALOHA episode of the closed loop: the three cameras side by side as the policy sees them
+(upscaled), with the streamed narration, memory note and answers as captions (``oxygen_ros.sim.media``).
+
+The recorder hangs on the episode's physics steps: every ``every_steps`` steps it renders the cameras, and it
+captions each text from the step at which the loop collected it on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from oxygen_ros.engine import ASK_TASK
+
+from ..evaluate import EpisodeLoop, EpisodeResult
+from ..media import AnswerOut, EpisodeLog, TextOut, write_gif
+from .cli import GIF_EVERY_STEPS
+from .episode import CAMERAS, AlohaEpisode
+from .units import DT
+
+NS = 1_000_000_000
+CAMERA_PIXELS = 192  # each camera's width in the GIF (the policy's images upscaled)
+
+
+class EpisodeRecorder:
+    def __init__(self, loop: EpisodeLoop, image_size: int, every_steps: int = GIF_EVERY_STEPS) -> None:
+        if not isinstance(loop.episode, AlohaEpisode):
+            raise TypeError("the recorder records MuJoCo ALOHA episodes")
+        self.loop, self.image_size, self.every_steps = loop, image_size, every_steps
+        self.log = EpisodeLog(0, loop.spec.instruction, start_ns=0)
+        self._seen = 0  # text records already captioned
+        loop.episode.on_step = self._on_step
+        self._on_step(loop.episode)  # the scene at the start
+
+    def _on_step(self, episode: AlohaEpisode) -> None:
+        now = round(episode.steps * DT * NS)
+        text = self.loop.text
+        for i, record in enumerate(text.records[self._seen :], start=self._seen):
+            if record.task == ASK_TASK:
+                self.log.answers.append(AnswerOut(text.asked.get(i, ""), record.text, now, now, record.label))
+            else:
+                self.log.texts.append(TextOut(record.task, record.text, now, now))
+        self._seen = len(text.records)
+        if episode.steps % self.every_steps == 0:
+            self.log.frames.append((now, np.concatenate(episode.images(self.image_size), axis=1)))
+
+    def write(self, result: EpisodeResult, path: Path) -> Path:
+        self.log.end_ns = round(result.duration_s * NS)
+        self.log.success, self.log.time_to_success_s = result.success, result.time_to_success_s
+        return write_gif(self.log, path, width=CAMERA_PIXELS * len(CAMERAS))
