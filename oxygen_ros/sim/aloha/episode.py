@@ -27,13 +27,11 @@ from oxygen_ros.runtime.trajectory import TimedTrajectory
 
 from ..follower import TrajectoryFollower, TrajectoryRejected
 from . import scene_texts
+from .dataset import CAMERAS, INSTRUCTION  # the policy's image slots and prompt, as it was trained
 from .driver import MAX_VELOCITY, NS, AlohaDriver
 from .env import camera_images
+from .expert import EPISODE_STEPS  # ACT's transfer-cube episode length
 from .units import DT, finger_to_gripper_joint
-
-CAMERAS = ("cam_high", "cam_left_wrist", "cam_right_wrist")  # the model's image slots, in prefix order
-INSTRUCTION = "Transfer cube"  # openpi's aloha_sim prompt, as oxygen_sim_node's aloha backend publishes it
-EPISODE_STEPS = 400  # gym-aloha's and ACT's transfer-cube episode length
 
 
 class WiringError(ValueError):
