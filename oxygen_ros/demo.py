@@ -38,17 +38,21 @@ DEMO_SEED = 40  # the demo's first held-out scene seed (its instructions name di
 ASK_AFTER_S = (0.5, 2.5)  # episode time at which each of the two questions is sent
 
 
-def _say(text: str) -> None:
+def say(text: str) -> None:
     print(text, flush=True)
 
 
 class Listener:
-    """Subscribes to both nodes' outputs, prints the stream and keeps one `EpisodeLog` per episode."""
+    """Subscribes to both nodes' outputs, prints the stream and keeps one `EpisodeLog` per episode.
+
+    The table-top arm's; another robot's demo overrides what differs: the views it records
+    (`_subscribe_views`), what its episode reports say (`_outcome`), its questions (`question`, `ask_after_s`)."""
+
+    ask_after_s = ASK_AFTER_S  # episode time at which each question is sent
 
     def __init__(self, node, label: str = "") -> None:  # noqa: ANN001 (rclpy Node)
         from oxygen_ros_msgs.msg import ActionChunk, TextDelta
-        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
-        from sensor_msgs.msg import Image, JointState
+        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
         from std_msgs.msg import String
 
         latched = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
@@ -62,9 +66,7 @@ class Listener:
         self._said = {"language": "", "memory": ""}
         node.create_subscription(String, "oxygen_sim_node/episode", self._on_episode, latched)
         node.create_subscription(String, "oxygen_sim_node/labels", self._on_labels, latched)
-        node.create_subscription(Image, "camera/viewer/image_raw", self._on_view, 20)
-        node.create_subscription(Image, "camera/wrist/image_raw", self._on_wrist, qos_profile_sensor_data)
-        node.create_subscription(JointState, "joint_states", self._on_joints, qos_profile_sensor_data)
+        self._subscribe_views(node)
         node.create_subscription(ActionChunk, "oxygen_node/action_chunk", self.chunks.append, 50)
         for task in ("language", "memory"):
             node.create_subscription(TextDelta, f"oxygen_node/text/{task}", self._on_delta, 200)
@@ -74,10 +76,34 @@ class Listener:
         self._node = node
         self._ask = ActionClient(node, Ask, "oxygen_node/ask")
         self._asked: dict[int, int] = {}  # episode index -> questions sent
+        self._resolved = 0  # questions answered, refused or not accepted
         node.create_timer(0.1, self._maybe_ask)
 
+    def _subscribe_views(self, node) -> None:  # noqa: ANN001
+        """The recordings of an episode: the large base view, the wrist view and the joints."""
+        from rclpy.qos import qos_profile_sensor_data
+        from sensor_msgs.msg import Image, JointState
+
+        node.create_subscription(Image, "camera/viewer/image_raw", self._on_view, 20)
+        node.create_subscription(Image, "camera/wrist/image_raw", self._on_wrist, qos_profile_sensor_data)
+        node.create_subscription(JointState, "joint_states", self._on_joints, qos_profile_sensor_data)
+
+    def _outcome(self, e: dict) -> tuple[float | None, str]:
+        """An episode's end report → (seconds to success or None, the verdict in words)."""
+        verdict = f"SUCCESS in {e['time_to_success_s']:.1f} s" if e["success"] else "FAILED (time limit)"
+        return e["time_to_success_s"], verdict
+
+    def question(self, log: EpisodeLog, i: int) -> str:
+        """The episode's i-th question."""
+        return demo_questions(target_in(log.instruction) or "red cup")[i]
+
     def _say(self, text: str) -> None:
-        _say("\n".join(f"{self.label}{line}" if line else line for line in text.split("\n")))
+        say("\n".join(f"{self.label}{line}" if line else line for line in text.split("\n")))
+
+    @property
+    def questions_open(self) -> int:
+        """Questions sent whose answer has not arrived yet."""
+        return sum(self._asked.values()) - self._resolved
 
     @property
     def current(self) -> EpisodeLog | None:
@@ -99,11 +125,11 @@ class Listener:
             self._say(f"\n=== episode {e['index'] + 1}: \"{e['instruction']}\" (scene seed {e['seed']})")
             return
         log = next(ep for ep in self.episodes if ep.index == e["index"])
-        log.end_ns, log.success, log.time_to_success_s = e["stamp_ns"], e["success"], e["time_to_success_s"]
+        log.time_to_success_s, verdict = self._outcome(e)
+        log.end_ns, log.success = e["stamp_ns"], e["success"]
         self.ended += 1
         right = [ok for _, ok in log.judged("language")]
         share = f"{sum(right)}/{len(right)} narrations named the true subtask" if right else "no narration"
-        verdict = f"SUCCESS in {e['time_to_success_s']:.1f} s" if e["success"] else "FAILED (time limit)"
         self._say(f"=== episode {e['index'] + 1}: {verdict}; {share}")
 
     def _on_labels(self, msg) -> None:  # noqa: ANN001
@@ -124,9 +150,9 @@ class Listener:
             return
         sent = self._asked.get(log.index, 0)
         now = self._node.get_clock().now().nanoseconds
-        if sent >= len(ASK_AFTER_S) or now < log.start_ns + ASK_AFTER_S[sent] * 1e9:
+        if sent >= len(self.ask_after_s) or now < log.start_ns + self.ask_after_s[sent] * 1e9:
             return
-        question = demo_questions(target_in(log.instruction) or "red cup")[sent]
+        question = self.question(log, sent)
         self._asked[log.index] = sent + 1
         future = self._ask.send_goal_async(Ask.Goal(question=question, max_tokens=ANSWER_MAX_TOKENS))
         future.add_done_callback(lambda f, q=question, ep=log: self._accepted(f, q, ep))
@@ -134,6 +160,7 @@ class Listener:
     def _accepted(self, future, question: str, log: EpisodeLog) -> None:  # noqa: ANN001
         handle = future.result()
         if handle is None or not handle.accepted:
+            self._resolved += 1
             self._say(f"  [asked] {question} → not accepted")
             return
         handle.get_result_async().add_done_callback(lambda f: self._answered(f, question, log))
@@ -142,22 +169,32 @@ class Listener:
         from oxygen_ros.interface.convert import stamp_to_ns
 
         r = future.result().result
+        self._resolved += 1
         if r.finish_reason in ("refused", "error", "cancelled"):
             self._say(f"  [asked] {question} → {r.finish_reason}: {r.message}")
             return
         source = stamp_to_ns(r.frame_stamp)
-        out = AnswerOut(question, r.answer.strip(), source, self._node.get_clock().now().nanoseconds, log.truth_at(source, question))
-        log.answers.append(out)
+        # The scene it was answered from: a question asked as an episode ends is answered by the next one's first frame.
+        about = self._episode_at(source) or log
+        out = AnswerOut(question, r.answer.strip(), source, self._node.get_clock().now().nanoseconds, about.truth_at(source, question))
+        about.answers.append(out)
         truth = "" if out.mark != "✗" else f" (true: {out.truth})"
         # an answer can arrive after its episode ended (and the next one began): say which episode it is about
-        where = "" if log is self.current and not log.end_ns else f" in episode {log.index + 1}"
+        where = "" if about is self.current and not about.end_ns else f" in episode {about.index + 1}"
+        where += "" if about is log else f", asked in episode {log.index + 1}"
         self._say(f"  [asked{where}] {question} → {out.answer}  {out.mark}{truth}")
+
+    def _episode_at(self, stamp_ns: int) -> EpisodeLog | None:
+        """The episode whose scene a frame of that stamp shows: the last one begun at or before it."""
+        begun = [log for log in self.episodes if self._began_ns.get(log.index, log.start_ns) <= stamp_ns]
+        return begun[-1] if begun else None
 
     def _on_view(self, msg) -> None:  # noqa: ANN001
         from oxygen_ros.interface.convert import image_to_array, stamp_to_ns
 
-        if self.current is not None and not self.current.end_ns:
-            self.current.frames.append((stamp_to_ns(msg.header.stamp), image_to_array(msg).copy()))
+        log, stamp = self.current, stamp_to_ns(msg.header.stamp)
+        if log is not None and (not log.end_ns or stamp <= log.end_ns):  # the scene it ended in may come after the end report
+            log.frames.append((stamp, image_to_array(msg).copy()))
 
     def _on_wrist(self, msg) -> None:  # noqa: ANN001
         from oxygen_ros.interface.convert import image_to_array, stamp_to_ns
@@ -193,7 +230,7 @@ class Listener:
             self._say(f"  [{'narration' if msg.task == 'language' else 'memory'}] {text}{mark}")
 
 
-def _spin_until(executor, condition, timeout_s: float) -> bool:  # noqa: ANN001
+def spin_until(executor, condition, timeout_s: float) -> bool:  # noqa: ANN001
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if condition():
@@ -202,7 +239,7 @@ def _spin_until(executor, condition, timeout_s: float) -> bool:  # noqa: ANN001
     return condition()
 
 
-def _stop(*procs: subprocess.Popen) -> None:
+def stop(*procs: subprocess.Popen) -> None:
     """SIGINT to all at once (each shuts down cleanly), then wait; kill what hangs."""
     for proc in procs:
         if proc.poll() is None:
@@ -215,6 +252,42 @@ def _stop(*procs: subprocess.Popen) -> None:
             proc.wait()
 
 
+QUIET = ["--log-level", "warn"]  # the demo prints what matters; the nodes' warnings and errors still show
+POLICY_STREAMS = ("oxygen_node/action_chunk", "oxygen_node/text/language", "oxygen_node/text/memory")
+
+
+def start_policy(params: Path, ros_args: list[str]) -> subprocess.Popen:
+    """``oxygen_node`` in a process of its own, quiet but for warnings and errors."""
+    return subprocess.Popen([sys.executable, "-m", "oxygen_ros.ros.main", "--params-file", str(params), "--ros-args",
+                             *ros_args, *QUIET], cwd=ROOT)  # fmt: skip
+
+
+def start_sim(params: Path, ros_args: list[str]) -> subprocess.Popen:
+    """``oxygen_sim_node`` in a process of its own, quiet but for warnings and errors."""
+    return subprocess.Popen([sys.executable, "-m", "oxygen_ros.ros.sim_main", "--params-file", str(params), "--ros-args",
+                             *ros_args, *QUIET], cwd=ROOT)  # fmt: skip
+
+
+def wait_for_policy(executor, nodes: list, policy: subprocess.Popen, timeout_s: float = 150.0) -> bool:  # noqa: ANN001
+    """Until every listener node sees the policy's streams (DDS discovery takes up to a few seconds: an episode
+    started before would send its first narration to no one); False, said, when the policy did not come up."""
+    ready = spin_until(executor, lambda: all(n.count_publishers(t) for n in nodes for t in POLICY_STREAMS)
+                       or policy.poll() is not None, timeout_s)  # fmt: skip
+    if not ready or policy.poll() is not None:
+        say("oxygen_node did not come up; see its messages above")
+        return False
+    return True
+
+
+def check_run_rules(parser: argparse.ArgumentParser, policy_params: Path, default_params: str, model: str, how: str) -> None:
+    """Refuse (parser.error) outside scripts/demo.sh's network rule, or without the committed model the default
+    params file names."""
+    if os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE") != "LOCALHOST":
+        parser.error("run the demo through scripts/demo.sh (it keeps DDS on this machine)")
+    if not (ROOT / model / "model.safetensors").is_file() and policy_params.name == default_params:
+        parser.error(f"the trained policy {model} is missing (`{how}` makes it; the README says how)")
+
+
 def robot_names(count: int) -> list[str]:
     """The arms' namespaces: none for one arm (topics as in the params files), arm1..armN for several."""
     return [f"arm{i + 1}" for i in range(count)] if count > 1 else []
@@ -224,14 +297,10 @@ def run(episodes: int, seed: int, outdir: Path, policy_params: Path, sim_params:
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
-    python = sys.executable
-    quiet = ["--log-level", "warn"]  # this process prints what matters; warnings and errors still show
     names = robot_names(robots)
     served = f" serving {len(names)} arms ({', '.join(names)}) from one model" if names else ""
-    _say(f"[1/3] starting oxygen_node with the trained demo policy ({policy_params.name}){served}")
-    fleet = ["-p", f"robots:=[{','.join(names)}]"] if names else []
-    policy = subprocess.Popen([python, "-m", "oxygen_ros.ros.main", "--params-file", str(policy_params), "--ros-args",
-                               *fleet, *quiet], cwd=ROOT)  # fmt: skip
+    say(f"[1/3] starting oxygen_node with the trained demo policy ({policy_params.name}){served}")
+    policy = start_policy(policy_params, ["-p", f"robots:=[{','.join(names)}]"] if names else [])
     sims: list[subprocess.Popen] = []
     rclpy.init()
     executor = SingleThreadedExecutor()
@@ -241,30 +310,23 @@ def run(episodes: int, seed: int, outdir: Path, policy_params: Path, sim_params:
     for node in nodes:
         executor.add_node(node)
     started = time.monotonic()
-    # The episodes start only once this listener sees the policy's text streams (DDS discovery takes up to
-    # a few seconds): otherwise the first narration could go out before anyone listens.
-    streams = ["oxygen_node/action_chunk", "oxygen_node/text/language", "oxygen_node/text/memory"]
     try:
-        ready = _spin_until(executor, lambda: all(n.count_publishers(t) for n in nodes for t in streams)
-                            or policy.poll() is not None, 150)  # fmt: skip
-        if not ready or policy.poll() is not None:
-            _say("oxygen_node did not come up; see its messages above")
+        if not wait_for_policy(executor, nodes, policy):
             return 1
-        _say(f"[2/3] starting oxygen_sim_node ({sim_params.name}){f' x {len(names)}' if names else ''}: {episodes} "
+        say(f"[2/3] starting oxygen_sim_node ({sim_params.name}){f' x {len(names)}' if names else ''}: {episodes} "
              "episodes each; narration and memory as they stream, ✓/✗ against the simulator's truth")  # fmt: skip
         # The simulator waits for the policy and for this listener, and stays up until stopped here, so no
         # episode report is lost to discovery delays.
         for i, arm in enumerate(arms):
             sim_args = ["-p", f"episodes:={episodes}", "-p", f"seed:={seed + i * episodes}", "-p", "viewer_size:=192",
                         "-p", "exit_when_done:=false", "-p", "wait_for_commander_s:=60.0", "-p", "wait_for_listener:=true",
-                        *(["-r", f"__ns:=/{arm}"] if arm else []), *quiet]  # fmt: skip
-            sims.append(subprocess.Popen([python, "-m", "oxygen_ros.ros.sim_main", "--params-file", str(sim_params),
-                                          "--ros-args", *sim_args], cwd=ROOT))  # fmt: skip
+                        *(["-r", f"__ns:=/{arm}"] if arm else [])]  # fmt: skip
+            sims.append(start_sim(sim_params, sim_args))
         all_ended = lambda: all(lst.ended >= episodes for lst in listeners)  # noqa: E731
-        _spin_until(executor, lambda: all_ended() or any(p.poll() is not None for p in sims), 30.0 * episodes + 90)
-        _spin_until(executor, all_ended, 5.0)
+        spin_until(executor, lambda: all_ended() or any(p.poll() is not None for p in sims), 30.0 * episodes + 90)
+        spin_until(executor, all_ended, 5.0)
     finally:
-        _stop(*sims, policy)
+        stop(*sims, policy)
         executor.shutdown()
         for node in nodes:
             node.destroy_node()
@@ -275,40 +337,70 @@ def run(episodes: int, seed: int, outdir: Path, policy_params: Path, sim_params:
 
 
 def _report(listener: Listener, outdir: Path, elapsed: float, who: str = "") -> int:
-    logs = [log for log in listener.episodes if log.end_ns]
-    _say(f"\n[3/3] {who}results ({elapsed:.0f} s)")
+    logs = report_figures(listener, elapsed, who)
     if not logs:
-        _say("  no episode finished")
         return 1
+    write_episode_gif(logs, outdir / "demo_episode.gif")
+    png = write_summary(logs, outdir / "demo_summary.png")
+    say(f"  wrote {png}")
+    return 0
+
+
+def report_figures(listener: Listener, elapsed: float, who: str = "") -> list[EpisodeLog]:
+    """Print the results of the finished episodes (success, texts judged, answers, chunk latencies); returns them."""
+    logs = [log for log in listener.episodes if log.end_ns]
+    say(f"\n[3/3] {who}results ({elapsed:.0f} s)")
+    if not logs:
+        say("  no episode finished")
+        return []
     wins = sum(log.success for log in logs)
     judged = [ok for log in logs for _, ok in log.judged("language")]
     memory = [ok for log in logs for _, ok in log.judged("memory")]
-    _say(f"  success: {wins}/{len(logs)} episodes")
+    say(f"  success: {wins}/{len(logs)} episodes")
     if judged:
-        _say(f"  narration named the true subtask in {sum(judged)}/{len(judged)} outputs ({100 * sum(judged) / len(judged):.0f} %)")
+        say(f"  narration named the true subtask in {sum(judged)}/{len(judged)} outputs ({100 * sum(judged) / len(judged):.0f} %)")
     if memory:
-        _say(f"  memory notes right in {sum(memory)}/{len(memory)} outputs ({100 * sum(memory) / len(memory):.0f} %)")
+        say(f"  memory notes right in {sum(memory)}/{len(memory)} outputs ({100 * sum(memory) / len(memory):.0f} %)")
     answers = [a.mark == "✓" for log in logs for a in log.answers if a.mark]
     if answers:
-        _say(f"  answers right in {sum(answers)}/{len(answers)} questions asked over ~/ask")
+        say(f"  answers right in {sum(answers)}/{len(answers)} questions asked over ~/ask")
     chunks = listener.chunks
     if chunks:
         pre = statistics.median(c.prefill_latency_s for c in chunks) * 1e3
         act = statistics.median(c.action_latency_s for c in chunks) * 1e3
-        _say(f"  {len(chunks)} action chunks; median prefill {pre:.1f} ms, action chunk {act:.1f} ms (engine mode {chunks[-1].engine_mode})")
+        say(f"  {len(chunks)} action chunks; median prefill {pre:.1f} ms, action chunk {act:.1f} ms (engine mode {chunks[-1].engine_mode})")
+    return logs
+
+
+def write_episode_gif(logs: list[EpisodeLog], path: Path, width: int = 320) -> Path | None:
+    """The GIF of the first successful episode (else the first with frames), ``width`` pixels of camera view wide."""
     shown = next((log for log in logs if log.success and log.frames), next((log for log in logs if log.frames), None))
-    if shown is not None:
-        gif = write_gif(shown, outdir / "demo_episode.gif")
-        held = gif_frame_count(gif)
-        merged = f" from {len(shown.frames)} camera frames, repeats merged" if held != len(shown.frames) else ""
-        _say(f"  wrote {gif} (episode {shown.index + 1}, {held} frames{merged}, captions = the streamed text)")
-    png = write_summary(logs, outdir / "demo_summary.png")
-    _say(f"  wrote {png}")
-    return 0
+    if shown is None:
+        say("  no camera frames were recorded: no GIF")
+        return None
+    gif = write_gif(shown, path, width=width)
+    held = gif_frame_count(gif)
+    merged = f" from {len(shown.frames)} camera frames, repeats merged" if held != len(shown.frames) else ""
+    say(f"  wrote {gif} (episode {shown.index + 1}, {held} frames{merged}, captions = the streamed text)")
+    return gif
+
+
+ROBOTS = ("tabletop", "aloha")
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    chooser = argparse.ArgumentParser(add_help=False)
+    chooser.add_argument("--robot", choices=ROBOTS, default="tabletop")
+    chosen, rest = chooser.parse_known_args(argv)
+    if chosen.robot == "aloha":
+        from oxygen_ros.demo_aloha import main as aloha_main
+
+        return aloha_main(rest)
     parser = argparse.ArgumentParser(description="oxygen_ros demo: the trained policy drives the simulated arm over DDS")
+    parser.add_argument("--robot", choices=ROBOTS, default="tabletop",
+                        help="tabletop: the package's own arm (default); aloha: the MuJoCo ALOHA (its own options: "
+                        "--robot aloha --help)")  # fmt: skip
     parser.add_argument("--episodes", type=int, default=3)
     parser.add_argument("--seed", type=int, default=DEMO_SEED, help=f"first held-out scene seed (default {DEMO_SEED})")
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "demo")
@@ -319,10 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 1 <= args.robots <= 8:
         parser.error(f"--robots must be 1..8, got {args.robots}")
-    if os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE") != "LOCALHOST":
-        parser.error("run the demo through scripts/demo.sh (it keeps DDS on this machine)")
-    if not (ROOT / "models" / "demo" / "model.safetensors").is_file() and args.policy_params.name == "demo_policy.yaml":
-        parser.error("the trained demo policy models/demo is missing (the README says how oxygen-train-demo makes it)")
+    check_run_rules(parser, args.policy_params, "demo_policy.yaml", "models/demo", "oxygen-train-demo")
     return run(args.episodes, args.seed, args.out.resolve(), args.policy_params.resolve(), args.sim_params.resolve(),
                args.robots)
 

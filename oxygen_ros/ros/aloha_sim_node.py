@@ -11,7 +11,10 @@ are rendered and published with the joint state, then ``/clock``; the simulation
 topic brought a trajectory for that observation (stamped at or after it, or stamp 0 received after it), and
 while a trajectory lasts, one command per step on each gripper topic that streams. A slow policy therefore
 changes only the wall time. Waits are bounded by ``lockstep_timeout_s`` (then a warning, and the step runs
-on the commands it has). Episode starts and ends go out as JSON on ``~/episode``.
+on the commands it has). Episode starts and ends go out as JSON on ``~/episode``; for the transfer cube, the
+scene's truth in words (``scene_texts``: the phase, the memory note, the answers to its questions) as JSON on
+``~/labels`` whenever it changes, stamped with the sim time it holds from, to judge a policy's texts by. With
+``viewer_every_steps`` the cameras also go out side by side on ``viewer_topic`` that often (recordings).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import threading
 import time
 from typing import Any, Callable
 
+import numpy as np
 from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
@@ -32,6 +36,7 @@ from trajectory_msgs.msg import JointTrajectory
 from oxygen_ros.interface.convert import array_to_image, ns_to_stamp, stamp_to_ns
 from oxygen_ros.interface.outputs import from_trajectory_msg
 from oxygen_ros.interface.param_spec import ConfigError, ParamSpec
+from oxygen_ros.sim.aloha import scene_texts
 from oxygen_ros.sim.aloha.driver import AlohaDriver, EpisodeRecord
 from oxygen_ros.sim.aloha.physics import CAMERAS, TASKS
 from oxygen_ros.sim.follower import TrajectoryRejected
@@ -47,6 +52,7 @@ EPISODE_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE, dura
 ARMS = ("left", "right")
 STREAM_GRACE_S = 0.5  # wall time a query waits for the new chunk's gripper command once its trajectories are in
 OBSERVATION_LEAD_S = 0.02  # wall time between an observation and the clock tick that makes it due
+LABELLED_TASK = "transfer_cube"  # the scene whose truth scene_texts tells
 
 # fmt: off
 ALOHA_PARAMS = (
@@ -78,6 +84,9 @@ ALOHA_PARAMS = (
     ParamSpec("wait_for_commander_s", "float", 60.0, "Start the first episode once every arm topic has a publisher, "
               "waiting at most this long in wall time.", low=0.0, high=3600.0),
     ParamSpec("exit_when_done", "bool", True, "Stop the node after the last episode."),
+    ParamSpec("viewer_every_steps", "int", 0, "> 0: every this many steps the cameras side by side on viewer_topic "
+              "(reliable; for recordings such as the demo's GIF); 0: none.", low=0, high=100_000),
+    ParamSpec("viewer_topic", "str", "~/viewer/image_raw", "sensor_msgs/Image: the cameras side by side."),
 )
 # fmt: on
 
@@ -111,6 +120,10 @@ class AlohaSimNode(Node):
         self._joint_pub = self.create_publisher(JointState, v["joint_state_topic"], qos_profile_sensor_data)
         self._camera_pubs = [self.create_publisher(Image, t, qos_profile_sensor_data) for t in v["camera_topics"]]
         self._instruction_pub = self.create_publisher(String, v["instruction_topic"], LATCHED)
+        self._viewer_pub = self.create_publisher(Image, v["viewer_topic"], RELIABLE) if v["viewer_every_steps"] else None
+        # The scene's truth in words (narration, memory note, answers), to judge the policy's texts by.
+        self._labels_pub = self.create_publisher(String, "~/labels", EPISODE_QOS) if v["task"] == LABELLED_TASK else None
+        self._labels: dict[str, Any] | None = None
         for arm, topic in enumerate(v["arm_trajectory_topics"]):
             self.create_subscription(JointTrajectory, topic, lambda m, a=arm: self._on_trajectory(a, m), RELIABLE)
         for arm, topic in enumerate(v["gripper_command_topics"]):
@@ -189,15 +202,23 @@ class AlohaSimNode(Node):
         self.done.set()
 
     def _wait_for_commander(self) -> None:
-        """Until a policy publishes on every arm topic and listens to the clock, the joint states and every
-        camera (DDS discovery takes up to seconds: an observation sent before it would be lost)."""
+        """Until a policy publishes on every arm topic and that same node listens to the clock, the joint states
+        and every camera (DDS discovery takes up to seconds: an observation sent before it would be lost). Other
+        subscribers, such as a recorder of the cameras, do not count."""
         deadline = time.monotonic() + self.v["wait_for_commander_s"]
-        topics = self.v["arm_trajectory_topics"]
-        listened = [self._clock_pub, self._joint_pub, *self._camera_pubs]
         while time.monotonic() < deadline and not self._stop.is_set():
-            if all(self.count_publishers(t) > 0 for t in topics) and all(p.get_subscription_count() > 0 for p in listened):
+            if self._commander_listens():
                 return
             time.sleep(0.05)
+
+    def _commander_listens(self) -> bool:
+        def nodes(infos: list[Any]) -> set[tuple[str, str]]:
+            return {(i.node_namespace, i.node_name) for i in infos}
+
+        commanders = [nodes(self.get_publishers_info_by_topic(t)) for t in self.v["arm_trajectory_topics"]]
+        policies = set.intersection(*commanders)  # the nodes that command every arm
+        listened = [self._clock_pub, self._joint_pub, *self._camera_pubs]
+        return bool(policies) and all(policies & nodes(self.get_subscriptions_info_by_topic(p.topic_name)) for p in listened)
 
     def _start_episode(self) -> None:
         with self._cond:
@@ -215,6 +236,7 @@ class AlohaSimNode(Node):
         with self._cond:
             streams_before = list(self._gripper_msgs)
             arrivals_before = list(self._arrivals)
+        self._publish_labels(now_ns)
         self._publish_observation(now_ns, images=query)
         if query and v["lockstep"]:
             time.sleep(OBSERVATION_LEAD_S)  # the observation reaches the policy before the clock wakes it
@@ -229,6 +251,7 @@ class AlohaSimNode(Node):
         if self.on_step is not None:
             self.on_step(d)
         if ended is not None:
+            self._publish_viewer(self._render() if self._viewer_pub is not None else [], d.time_ns)  # the scene it ended in
             self._report("end", ended)
             outcome = f"success at step {ended.success_step}" if ended.success else f"failed (best reward {ended.best_reward})"
             self.get_logger().info(f"episode {ended.index + 1}: {outcome}")
@@ -293,17 +316,41 @@ class AlohaSimNode(Node):
         msg = JointState(name=self.driver.names, position=[float(x) for x in self.driver.joint_positions()])
         msg.header.stamp = stamp
         self._joint_pub.publish(msg)
-        if not images:
+        viewer = self._viewer_pub is not None and self.driver.episodes[-1].steps % self.v["viewer_every_steps"] == 0
+        if not images and not viewer:
             return
+        frames = self._render()
+        if images:
+            for camera, pub, frame in zip(self.v["camera_names"], self._camera_pubs, frames):
+                pub.publish(array_to_image(frame, stamp=now_ns, frame_id=camera))
+            self.stats["frames"] += len(self._camera_pubs)
+        if viewer:
+            self._publish_viewer(frames, now_ns)
+
+    def _render(self) -> list[np.ndarray]:
         started = time.perf_counter()
-        for camera, pub in zip(self.v["camera_names"], self._camera_pubs):
-            frame = self.driver.physics.render(camera, self.v["image_height"], self.v["image_width"])
-            pub.publish(array_to_image(frame, stamp=now_ns, frame_id=camera))
+        frames = [self.driver.physics.render(c, self.v["image_height"], self.v["image_width"]) for c in self.v["camera_names"]]
         self.stats["render_s"] += time.perf_counter() - started
-        self.stats["frames"] += len(self._camera_pubs)
+        return frames
+
+    def _publish_viewer(self, frames: list[np.ndarray], now_ns: int) -> None:
+        if self._viewer_pub is not None:
+            self._viewer_pub.publish(array_to_image(np.concatenate(frames, axis=1), stamp=now_ns, frame_id="viewer"))
+
+    def _publish_labels(self, now_ns: int) -> None:
+        """The true phase, memory note and answers of the scene now, on ``~/labels`` whenever they change."""
+        if self._labels_pub is None:
+            return
+        physics = self.driver.physics
+        truth = {"subtask": scene_texts.phase(physics), "memory": scene_texts.memory_note(physics),
+                 "answers": {q: scene_texts.answer(physics, q) for q in scene_texts.QUESTIONS}}  # fmt: skip
+        index = self.driver.episodes[-1].index
+        if {**truth, "episode": index} != self._labels:
+            self._labels = {**truth, "episode": index}
+            self._labels_pub.publish(String(data=json.dumps({"stamp_ns": now_ns, **self._labels})))
 
     def _report(self, event: str, record: EpisodeRecord) -> None:
-        data = {**record.as_dict(event), "stamp_ns": self.driver.time_ns}
+        data = {**record.as_dict(event), "stamp_ns": self.driver.time_ns, "instruction": self.v["instruction"]}
         self._episode_pub.publish(String(data=json.dumps(data)))
 
     def flush(self, timeout_s: float = 3.0) -> None:
