@@ -82,6 +82,15 @@ def test_wiring_that_does_not_fit_the_drivers_is_refused(tmp_path) -> None:
         bad.make_episode(0.02, 8.0)
 
 
+def _small_params(tmp_path: Path, overrides: dict[str, str]) -> Path:
+    """aloha_demo.yaml with the small checkpoint in place of models/aloha."""
+    params_file = tmp_path / "config" / "small.yaml"
+    params_file.parent.mkdir(exist_ok=True)
+    params_file.write_text(PARAMS.read_text().replace("checkpoint: models/aloha", f"checkpoint: {overrides['checkpoint']}")
+                           .replace("tokenizer: models/aloha/tokenizer.model", f"tokenizer: {overrides['tokenizer']}"))  # fmt: skip
+    return params_file
+
+
 def _cli(capsys, *args: str) -> dict:
     assert cli.main(["eval", "--env", "aloha_transfer_cube", "--quiet", *args]) == 0
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -91,10 +100,7 @@ def test_a_small_random_checkpoint_end_to_end_and_envs_equal_one_by_one(tmp_path
     """The CLI on a random ALOHA-shaped checkpoint: the table-top eval's keys, a GIF; two environments at once
     give the outcomes and chunks of one by one."""
     with small_checkpoint(seed=1) as overrides:
-        params_file = tmp_path / "config" / "small.yaml"
-        params_file.parent.mkdir()
-        params_file.write_text(PARAMS.read_text().replace("checkpoint: models/aloha", f"checkpoint: {overrides['checkpoint']}")
-                               .replace("tokenizer: models/aloha/tokenizer.model", f"tokenizer: {overrides['tokenizer']}"))  # fmt: skip
+        params_file = _small_params(tmp_path, overrides)
         common = ["--params-file", str(params_file), "--episodes", "3", "--seed", "5", "--time-limit", "1.2", "--questions", "1"]
         one = _cli(capsys, *common, "--gif", str(tmp_path / "episode.gif"), "--json-out", str(tmp_path / "one.json"))
         two = _cli(capsys, *common, "--envs", "2", "--json-out", str(tmp_path / "two.json"))
@@ -102,6 +108,7 @@ def test_a_small_random_checkpoint_end_to_end_and_envs_equal_one_by_one(tmp_path
         assert key in one and key in two
     assert one["episodes"] == 3 and one["chunks"] == 3 * 3  # 60 steps: chunks at steps 0, 25, 50
     assert one["text_outputs"] == {"language": 9, "memory": 3, "ask": 3}  # every frame's texts finish before the next chunk
+    assert set(one["answers_by_kind"]) <= set(scene_texts.vocabulary())  # per true answer
     assert (tmp_path / "episode.gif").stat().st_size > 0
     a, b = (json.loads((tmp_path / f"{n}.json").read_text())["episodes"] for n in ("one", "two"))
     assert [(e["seed"], e["success"], e["chunks"]) for e in a] == [(e["seed"], e["success"], e["chunks"]) for e in b]
@@ -128,3 +135,12 @@ def test_runtime_image_size_and_state_reach_the_model() -> None:
     assert len(images) == 3 and all(im.shape == (runtime.image_size, runtime.image_size, 3) for im in images)
     state = episode.state
     assert state.shape == (14,) and 0.018 < state[6] < 0.06 and np.allclose(state[:6], [0, -0.96, 1.16, 0, -0.3, 0], atol=0.02)
+
+
+def test_through_node_runs_the_same_file_over_dds(tmp_path, capsys) -> None:
+    """--through-node: oxygen_node and the simulator node over DDS on the same file, its cameras at the file's size."""
+    with small_checkpoint() as overrides:
+        params_file = _small_params(tmp_path, overrides)
+        out = _cli(capsys, "--params-file", str(params_file), "--through-node", "--episodes", "1", "--fast-render", "--timeout", "300")
+    assert out["episodes"] == 1 and out["mean_episode_steps"] == 400 and out["query_every_steps"] == 25
+    assert out["queries"] == out["chunks"] == 16 and out["lockstep_timeouts"] == 0 and out["rejected_commands"] == 0

@@ -212,6 +212,9 @@ class SimEpisode:
                 self.lifted_any_s = self.time_s
         self._receive_due(self.time_s)
 
+    def close(self) -> None:
+        """Nothing to free (the scene is plain Python)."""
+
     # -------------------------------------------------------------------------------------- metrics
     def jerk_rms(self) -> float:
         """RMS jerk of the measured arm joints (rad/s^3) over the episode, from the physics steps."""

@@ -137,7 +137,7 @@ class EpisodeLoop:
     and ``state``, takes timed trajectories (``deliver``), says its texts' truth (``labels()``: the
     narration and memory labels of the frame; ``draw_question(rng, split)``: a question and its answer now),
     and reports ``done``, ``succeeded``, ``success_time_s``, ``time_s``, ``location``, ``absent``,
-    ``switches``, ``rejected`` and ``jerk_rms()``."""
+    ``switches``, ``rejected`` and ``jerk_rms()``; ``close()`` frees what it holds once the result is taken."""
 
     def __init__(self, runtime: PolicyRuntime, spec: Any, settings: EvalSettings, robot: str = "") -> None:
         if runtime.config.engine_mode == "oxygen" and runtime.config.tokens_per_frame < 1:
@@ -216,6 +216,7 @@ class EpisodeLoop:
         result.switch_jumps = [s.jump for s in episode.switches]
         result.jerk_rms = episode.jerk_rms()
         result.rejected = episode.rejected
+        episode.close()
         return result
 
 
@@ -333,10 +334,11 @@ def _successes_by(results: list[EpisodeResult], key: Callable[[EpisodeResult], s
     return dict(sorted(counts.items()))
 
 
-def _answers_by_kind(results: list[EpisodeResult]) -> dict[str, list[int]]:
+def answers_by_kind(results: list[EpisodeResult], kind: Callable[[str], str] = answer_kind) -> dict[str, list[int]]:
+    """[correct, asked] per kind of true answer (``kind`` of the answer's text)."""
     counts: dict[str, list[int]] = {}
     for t in (t for r in results for t in r.texts if t.task == ASK_TASK and t.label is not None):
-        row = counts.setdefault(answer_kind(t.label), [0, 0])
+        row = counts.setdefault(kind(t.label), [0, 0])
         row[0] += t.correct
         row[1] += 1
     return dict(sorted(counts.items()))
@@ -375,7 +377,7 @@ def summarize(results: list[EpisodeResult], runtime: PolicyRuntime, settings: Ev
         "memory_accuracy": _ratio([r.accuracy("memory") for r in results]),
         "answer_accuracy": _ratio([r.accuracy(ASK_TASK) for r in results]) if settings.questions else None,
         # per kind of true answer: [correct, asked] (a policy that learned only the commonest answer shows here)
-        **({"answers_by_kind": _answers_by_kind(results)} if settings.questions else {}),
+        **({"answers_by_kind": answers_by_kind(results)} if settings.questions else {}),
         "success_by_family": _family_rows(results),
         # absent named objects: success means nothing was lifted (and the narration should say it is not here)
         "absent": {"episodes": len(absent), "nothing_lifted": sum(r.success for r in absent)},

@@ -123,8 +123,8 @@ def _offline(args: argparse.Namespace, params_file: Path) -> int:
     from oxygen_ros.runtime.params_file import ParamsFileError
 
     from ..cli import _shown, collect, with_overrides, with_run_settings
-    from ..evaluate import EpisodeLoop, drive, evaluate as run_all, summarize
-    from .evaluation import eval_config, expert_as_model, episode_specs, load_params, small_checkpoint
+    from ..evaluate import EpisodeLoop, answers_by_kind, drive, evaluate as run_all, summarize
+    from .evaluation import eval_config, episode_specs, expert_as_model, load_params, small_checkpoint
     from .recording import EpisodeRecorder
 
     if args.expert_as_model and args.envs > 1:
@@ -173,6 +173,8 @@ def _offline(args: argparse.Namespace, params_file: Path) -> int:
                                "envs": args.envs, "params_file": _shown(params_file), "expert_as_model": args.expert_as_model,
                                "decode_steps_per_chunk": config.tokens_per_frame, "image_size": runtime.image_size,
                                "wall_s": round(wall_s, 2), "wall_s_per_episode": round(wall_s / len(results), 2)}  # fmt: skip
+    if settings.questions:
+        summary["answers_by_kind"] = answers_by_kind(results, str)  # per true answer: the table-top's kinds do not apply
     if expert is not None:
         summary["stale_frames"] = expert.stale_frames
     if gif is not None:

@@ -187,6 +187,11 @@ class AlohaEpisode:
                 self.on_step(self)
         self._receive_due()
 
+    def close(self) -> None:
+        """Free MuJoCo's data and rendering contexts (one scene per episode: hundreds of episodes would keep
+        them all); the episode cannot step or render afterwards."""
+        self.physics.physics.free()
+
     # --------------------------------------------------------------------------------------- metrics
     def jerk_rms(self) -> float:
         """RMS jerk of the 12 measured arm joints (rad/s^3) over the episode."""
