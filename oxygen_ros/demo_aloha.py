@@ -24,15 +24,18 @@ from pathlib import Path
 
 from oxygen_ros.demo import (ROOT, Listener, check_run_rules, report_figures, say, spin_until, start_policy,
                              start_sim, stop, wait_for_policy, write_episode_gif)  # fmt: skip
-from oxygen_ros.sim.media import EpisodeLog
+from oxygen_ros.sim.aloha import scene_texts
+from oxygen_ros.sim.media import EpisodeLog, write_summary
 
 DEMO_SEED = 0  # held-out scenes (training seeds start at TRAIN_SEED_BASE)
 # "where is the cube?" while it still stands where it started, "which arm holds the cube?" once the right arm
 # has lifted it (the expert's timeline: grasp from about 2.2 s, the right arm holds it 3.5 - 4.4 s).
-QUESTIONS = ("where is the cube?", "which arm holds the cube?")
+QUESTIONS = (scene_texts.QUESTIONS[1], scene_texts.QUESTIONS[0])
 ASK_AFTER_S = (1.0, 3.6)
 CAMERA_PIXELS = 224  # each camera's width in the GIF (the 96-pixel images upscaled)
 DT_S = 0.02  # the simulator's control step
+# The summary's joints: each arm's shoulder and gripper joint (rad) in the simulator's joint state (9 per arm).
+SUMMARY_JOINTS = ((1, "left shoulder"), (6, "left gripper"), (10, "right shoulder"), (15, "right gripper"))
 WALL_S_PER_EPISODE = 120.0  # generous bound on one episode's wall time (lockstep: the policy sets the pace)
 
 
@@ -42,9 +45,11 @@ class AlohaListener(Listener):
     ask_after_s = ASK_AFTER_S
 
     def _subscribe_views(self, node) -> None:  # noqa: ANN001 (rclpy Node)
-        from sensor_msgs.msg import Image
+        from rclpy.qos import qos_profile_sensor_data
+        from sensor_msgs.msg import Image, JointState
 
         node.create_subscription(Image, "oxygen_sim_node/viewer/image_raw", self._on_view, 50)
+        node.create_subscription(JointState, "/joint_states", self._on_joints, qos_profile_sensor_data)
 
     def _outcome(self, e: dict) -> tuple[float | None, str]:
         if e["success"]:
@@ -77,7 +82,8 @@ def run(episodes: int, seed: int, outdir: Path, policy_params: Path, sim_params:
         say(f"[2/3] starting oxygen_sim_node, the MuJoCo ALOHA ({sim_params.name}): {episodes} episodes from seed "
             f"{seed}; narration and memory as they stream, ✓/✗ against the simulator's truth")  # fmt: skip
         # The simulator stays up until stopped here, so no episode report is lost to discovery delays.
-        sim = start_sim(sim_params, ["-p", f"episodes:={episodes}", "-p", f"seed:={seed}", "-p", "exit_when_done:=false"])
+        sim = start_sim(sim_params, ["-p", f"episodes:={episodes}", "-p", f"seed:={seed}", "-p", "exit_when_done:=false",
+                               "-p", "wait_for_listener:=true"])  # fmt: skip
         ended = lambda: listener.ended >= episodes  # noqa: E731
         spin_until(executor, lambda: ended() or sim.poll() is not None or policy.poll() is not None,
                    WALL_S_PER_EPISODE * episodes + 60)  # fmt: skip
@@ -92,8 +98,9 @@ def run(episodes: int, seed: int, outdir: Path, policy_params: Path, sim_params:
     if not logs:
         return 1
     write_episode_gif(logs, outdir / "demo_episode.gif", width=CAMERA_PIXELS * 3)
+    png = write_summary(logs, outdir / "demo_summary.png", scene_texts.PHASES, SUMMARY_JOINTS)
     summary = write_json_summary(logs, listener, outdir / "demo_summary.json", elapsed, seed)
-    say(f"  wrote {summary}")
+    say(f"  wrote {png} and {summary.name}")
     return 0
 
 

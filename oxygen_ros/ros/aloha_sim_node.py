@@ -87,6 +87,8 @@ ALOHA_PARAMS = (
     ParamSpec("viewer_every_steps", "int", 0, "> 0: every this many steps the cameras side by side on viewer_topic "
               "(reliable; for recordings such as the demo's GIF); 0: none.", low=0, high=100_000),
     ParamSpec("viewer_topic", "str", "~/viewer/image_raw", "sensor_msgs/Image: the cameras side by side."),
+    ParamSpec("wait_for_listener", "bool", False, "With viewer_every_steps and wait_for_commander_s: the first episode "
+              "also waits for a subscriber to the viewer (a recorder that must not miss the first frames)."),
 )
 # fmt: on
 
@@ -206,8 +208,9 @@ class AlohaSimNode(Node):
         and every camera (DDS discovery takes up to seconds: an observation sent before it would be lost). Other
         subscribers, such as a recorder of the cameras, do not count."""
         deadline = time.monotonic() + self.v["wait_for_commander_s"]
+        recorder = self._viewer_pub is not None and self.v["wait_for_listener"]
         while time.monotonic() < deadline and not self._stop.is_set():
-            if self._commander_listens():
+            if self._commander_listens() and (not recorder or self._viewer_pub.get_subscription_count() > 0):
                 return
             time.sleep(0.05)
 

@@ -167,16 +167,22 @@ def subtask_spans(log: EpisodeLog) -> list[tuple[float, float, str]]:
     return spans
 
 
-def write_summary(logs: list[EpisodeLog], path: Path) -> Path:
-    """Per episode: the true subtask as coloured spans, each narration as a dot at its observation time
-    (filled = it named the true subtask), the outcome; below, the arm's joints over time."""
+TABLE_TOP_JOINTS = ((0, "yaw"), (1, "shoulder"), (2, "elbow"))  # (index in the joint state, label)
+PHASE_COLOURS = ("#8fb3de", "#f2c36b", "#87c98f", "#d9a0d0")
+
+
+def write_summary(logs: list[EpisodeLog], path: Path, subtasks: tuple[str, ...] = SUBTASKS,
+                  joints: tuple[tuple[int, str], ...] = TABLE_TOP_JOINTS) -> Path:  # fmt: skip
+    """Per episode: the true subtask as coloured spans (``subtasks``, told apart by their first word), each
+    narration as a dot at its observation time (filled = it named the true subtask), the outcome; below, the
+    ``joints`` over time."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colours = {"move": "#8fb3de", "grasp": "#f2c36b", "lift": "#87c98f"}
-    kinds = [s.split()[0] for s in SUBTASKS]
+    kinds = [s.split()[0] for s in subtasks]
+    colours = dict(zip(kinds, PHASE_COLOURS))
     fig, (ax, bx) = plt.subplots(2, 1, figsize=(10, 2.0 + 1.1 * len(logs)), gridspec_kw={"height_ratios": [len(logs) + 1, 3]})
     for row, log in enumerate(logs):
         y = len(logs) - row
@@ -190,17 +196,17 @@ def write_summary(logs: list[EpisodeLog], path: Path) -> Path:
         verdict = f"success {log.time_to_success_s:.1f} s" if log.success else "failed"
         ax.text(-0.2, y, f"{log.instruction}\n{verdict}", ha="right", va="center", fontsize=8)
     handles = [plt.Rectangle((0, 0), 1, 1, color=colours[k]) for k in kinds]
-    ax.legend(handles, [f"true: {k}" for k in kinds], loc="upper right", fontsize=7, ncol=3)
+    ax.legend(handles, [f"true: {k}" for k in kinds], loc="upper right", fontsize=7, ncol=len(kinds))
     ax.set_yticks([])
     ax.set_xlabel("episode time (s); dots: narration at its observation, coloured by the subtask it names (faded = wrong)")
     ax.set_xlim(left=-0.1)
     for log in logs:
-        joints = [(s, p) for s, p in log.joints if s >= log.start_ns - NS]
-        if joints:
-            t = np.array([(s - log.start_ns) / NS for s, _ in joints])
-            q = np.stack([p for _, p in joints])
-            for j, name in enumerate(("yaw", "shoulder", "elbow")):
-                bx.plot(t, q[:, j], lw=1, color=f"C{j}", label=name if log is logs[0] else None)
+        states = [(s, p) for s, p in log.joints if s >= log.start_ns - NS]
+        if states:
+            t = np.array([(s - log.start_ns) / NS for s, _ in states])
+            q = np.stack([p for _, p in states])
+            for n, (j, name) in enumerate(joints):
+                bx.plot(t, q[:, j], lw=1, color=f"C{n}", label=name if log is logs[0] else None)
     bx.set_xlabel("episode time (s)")
     bx.set_ylabel("joint (rad)")
     bx.legend(fontsize=7, loc="upper right")
