@@ -136,7 +136,7 @@ def write_json_summary(logs: list[EpisodeLog], listener: Listener, path: Path, w
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="oxygen_ros demo on the MuJoCo ALOHA: the trained policy hands the "
+    parser = argparse.ArgumentParser(prog="scripts/demo.sh --robot aloha", description="oxygen_ros demo on the MuJoCo ALOHA: the trained policy hands the "
                                      "cube over, served by oxygen_node over DDS")  # fmt: skip
     parser.add_argument("--episodes", type=int, default=3)
     parser.add_argument("--seed", type=int, default=DEMO_SEED, help=f"first held-out scene seed (default {DEMO_SEED})")
