@@ -25,7 +25,8 @@ from oxygen_ros.runtime.config import RuntimeConfig  # noqa: E402
 from oxygen_ros.runtime.policy import PolicyRuntime  # noqa: E402
 from oxygen_ros.sim.aloha import dataset, scene_texts  # noqa: E402
 from oxygen_ros.sim.aloha.env import AlohaEnv  # noqa: E402
-from oxygen_ros.sim.aloha.expert import expert_episode  # noqa: E402
+from oxygen_ros.sim.aloha.expert import expert_episode, replay  # noqa: E402
+from oxygen_ros.sim.aloha.replan import ReplanningExpert  # noqa: E402
 from oxygen_ros.train.recipes import ALOHA_DELTA_MASK, recipe, sources  # noqa: E402
 from oxygen_ros.train.trainer import prepare, train  # noqa: E402
 
@@ -140,3 +141,63 @@ def test_a_trained_checkpoint_is_served_through_the_aloha_embodiment(tmp_path: P
     images = env.images(56, 56, dataset.CAMERAS)
     step = runtime.step(runtime.make_frame([images[c] for c in dataset.CAMERAS], state, dataset.INSTRUCTION, stamp_ns=1))
     assert step.actions.shape == (50, 14) and np.all(np.isfinite(step.actions))
+
+
+def _expert_closed_loop(env: AlohaEnv, expert: ReplanningExpert, first: int, last: int) -> int | None:
+    """The re-planning expert as the policy from step ``first``: a chunk every 25 steps; the step of success."""
+    chunk = None
+    for k in range(first, last):
+        if (k - first) % 25 == 0:
+            chunk = expert.chunk(env.physics, k, 50)
+        env.step(chunk[(k - first) % 25])
+        if env.success:
+            return k
+    return None
+
+
+def test_the_replanning_expert_gives_the_experts_chunk_back_from_its_own_states() -> None:
+    seed, expert = 4, ReplanningExpert()
+    plan = expert_episode(seed).actions
+    env = AlohaEnv()
+    env.reset(seed)
+    expert.begin(env.physics.object_poses()[0])
+    arms = np.r_[0:6, 7:13]
+    for k, action in enumerate(plan[:320]):
+        if k % 80 == 0:
+            chunk = expert.chunk(env.physics, k, 50)
+            expected = plan[np.minimum(np.arange(k, k + 50), len(plan) - 1)]
+            assert np.abs(chunk[:, arms] - expected[:, arms]).mean() < 0.03, k
+            assert np.abs(chunk[:, [6, 13]] - expected[:, [6, 13]]).max() < 0.05, k
+        env.step(action)
+
+
+def _moved_cube_episode(seed: int, plan: np.ndarray, move_at: int, shift: tuple[float, float]) -> AlohaEnv:
+    """The expert's episode to step ``move_at``, then the cube put ``shift`` (m) from where it started."""
+    env = AlohaEnv()
+    env.reset(seed)
+    start = env.physics.object_poses()[0].copy()
+    for action in plan[:move_at]:
+        env.step(action)
+    data, model = env.physics.physics.data, env.physics.physics.model
+    adr = model.jnt_qposadr[model.name2id("red_box_joint", "joint")]
+    data.qpos[adr : adr + 3] = [start[0] + shift[0], start[1] + shift[1], 0.02]  # (reset_context would reset the arms)
+    data.qvel[:] = 0.0
+    env.physics.physics.forward()
+    return env
+
+
+@pytest.mark.parametrize("move_at, shift", [(60, (-0.04, 0.03)), (176, (-0.05, 0.0))], ids=["before-the-descent", "from-the-grasp"])
+def test_the_replanning_expert_follows_a_moved_cube_and_picks_a_missed_one_again(move_at: int, shift: tuple) -> None:
+    """The cube moved before the descent: the pick goes where it is now. The cube taken from between the
+    closing fingers: the right gripper opens, goes back over it, and the hand-over still happens. The
+    open-loop plan fails both."""
+    seed, expert = 4, ReplanningExpert()
+    plan = expert_episode(seed).actions
+    env = _moved_cube_episode(seed, plan, move_at, shift)
+    assert all(not env.step(a) >= 4 for a in plan[move_at:])
+    env = _moved_cube_episode(seed, plan, move_at, shift)
+    expert.begin(AlohaEnv().physics.task.object_poses(seed)[0])
+    success = _expert_closed_loop(env, expert, move_at, move_at + 450)
+    assert success is not None
+    if move_at > 170:  # a second pick: the schedule shifted by well over 100 steps
+        assert success > replay(plan, seed) + 100

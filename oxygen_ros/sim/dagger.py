@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -35,6 +36,7 @@ from .evaluate import EvalSettings, run_episode
 from .expert import expert_chunk
 from .scene import COLOURS
 
+T = TypeVar("T")
 ON_POLICY_STREAM = 2  # training_seeds stream of the on-policy episodes (the expert data use stream 0)
 
 
@@ -84,19 +86,20 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
-def _episodes(seeds: list[int], workers: int) -> Iterator[tuple[bool, list[DemoSample]]]:
-    """The episodes of ``seeds`` in order; one torch thread each, so the result does not depend on ``workers``."""
+def forked_episodes(episode: Callable[[int], T], seeds: list[int], workers: int) -> Iterator[T]:
+    """``episode(seed)`` for each of ``seeds``, in order; one torch thread each, so the result does not depend on
+    ``workers``. ``episode`` is a module-level function (what it needs set in a module global before the call:
+    the forked workers inherit it, the policy without a copy; the runtime of action_only mode starts no threads)."""
     if workers <= 1:
         threads = torch.get_num_threads()
         _one_thread()
         try:
-            yield from map(_labelled_episode, seeds)
+            yield from map(episode, seeds)
         finally:
             torch.set_num_threads(threads)
         return
-    # fork: the policy reaches the workers without a copy; the runtime of this mode starts no threads.
     with multiprocessing.get_context("fork").Pool(workers, initializer=_one_thread) as pool:
-        yield from pool.imap(_labelled_episode, seeds)
+        yield from pool.imap(episode, seeds)
 
 
 def policy_samples(runtime: PolicyRuntime, seed: int, episodes: int, progress: bool = True, workers: int = 1, *,
@@ -109,16 +112,23 @@ def policy_samples(runtime: PolicyRuntime, seed: int, episodes: int, progress: b
     if runtime.config.engine_mode != "action_only":
         raise ValueError(f"on-policy rollouts need an action_only runtime, not {runtime.config.engine_mode!r}")
     settings = EvalSettings(control_period_s=CONTROL_PERIOD_S, time_limit_s=time_limit_s)
-    data = OnPolicyData(seeds=list(itertools.islice(training_seeds(seed, ON_POLICY_STREAM), episodes)))
     _JOB = _Rollout(runtime, settings, variations)
     try:
-        bar = tqdm(_episodes(data.seeds, min(workers, episodes)), total=episodes, desc="on-policy episodes",
-                   disable=not progress, dynamic_ncols=True, leave=False)  # fmt: skip
-        for success, samples in bar:
-            data.episodes += 1
-            data.successes += success
-            data.samples.extend(samples)
-            bar.set_postfix(success=f"{data.successes}/{data.episodes}", samples=len(data.samples))
+        return collect_episodes(_labelled_episode, list(itertools.islice(training_seeds(seed, ON_POLICY_STREAM), episodes)),
+                                workers, progress)  # fmt: skip
     finally:
         _JOB = None
+
+
+def collect_episodes(episode: Callable[[int], tuple[bool, list]], seeds: list[int], workers: int, progress: bool) -> OnPolicyData:
+    """Every ``episode(seed)`` (success, samples) of ``seeds`` in order (``forked_episodes``), gathered, with a
+    progress bar of the successes and samples so far."""
+    data = OnPolicyData(seeds=seeds)
+    bar = tqdm(forked_episodes(episode, seeds, min(workers, len(seeds))), total=len(seeds), desc="on-policy episodes",
+               disable=not progress, dynamic_ncols=True, leave=False)  # fmt: skip
+    for success, samples in bar:
+        data.episodes += 1
+        data.successes += success
+        data.samples.extend(samples)
+        bar.set_postfix(success=f"{data.successes}/{data.episodes}", samples=len(data.samples))
     return data

@@ -49,7 +49,8 @@ def sources(env: str, variations: bool) -> tuple[SampleSource, OnPolicySource | 
             return partial(expert_samples, variations=True), partial(policy_samples, variations=True), vocabulary(True)
         return expert_samples, policy_samples, vocabulary(False)
     if env == "aloha_transfer_cube":
+        from oxygen_ros.sim.aloha.dagger import policy_samples as aloha_policy_samples
         from oxygen_ros.sim.aloha.dataset import aloha_samples, vocabulary as aloha_vocabulary
 
-        return aloha_samples, None, aloha_vocabulary()
+        return aloha_samples, aloha_policy_samples, aloha_vocabulary()
     raise ValueError(f"unknown environment {env!r}; choose one of {list(ENVS)}")

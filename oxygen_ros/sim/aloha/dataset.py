@@ -27,7 +27,7 @@ from oxygen_ros.engine import ASK_TASK
 
 from ..episode import TRAIN_SEED_BASE
 from . import scene_texts
-from .env import AlohaEnv
+from .env import CAMERA_OF, AlohaEnv
 from .expert import EPISODE_STEPS, expert_episode
 from .units import DT
 
@@ -60,9 +60,10 @@ def vocabulary() -> list[str]:
     return sorted({INSTRUCTION, *scene_texts.vocabulary()})
 
 
-def training_seeds(seed: int) -> Iterator[int]:
-    """Episode seeds >= TRAIN_SEED_BASE (below 2**32, which gym-aloha's box sampler takes), from ``seed``."""
-    rng = np.random.default_rng([seed, 1_000_003, 14])
+def training_seeds(seed: int, stream: int = 0) -> Iterator[int]:
+    """Episode seeds >= TRAIN_SEED_BASE (below 2**32, which gym-aloha's box sampler takes), from ``seed`` (and
+    ``stream``: an independent sequence for another use of the same seed)."""
+    rng = np.random.default_rng([seed, 1_000_003, 14, stream] if stream else [seed, 1_000_003, 14])
     while True:
         yield TRAIN_SEED_BASE + int(rng.integers(0, 2**31))
 
@@ -95,7 +96,7 @@ def episode_samples(env: AlohaEnv, episode_seed: int, rng: np.random.Generator, 
         if success_step is not None and k > success_step + STEPS_AFTER_SUCCESS:
             break
         if k % STRIDE == first:
-            samples.append(_sample(env, plan, k, horizon, image_size, rng))
+            samples.append(make_sample(env, plan[np.minimum(np.arange(k, k + horizon), len(plan) - 1)], image_size, rng))
         offset = offset * decay + offset_rng.normal(size=14) * spread * np.sqrt(1 - decay**2)
         command = plan[k] + offset
         command[[6, 13]] = np.clip(command[[6, 13]], 0.0, 1.0)
@@ -105,20 +106,19 @@ def episode_samples(env: AlohaEnv, episode_seed: int, rng: np.random.Generator, 
     return samples if success_step is not None else []
 
 
-def _sample(env: AlohaEnv, plan: np.ndarray, k: int, horizon: int, image_size: int,
-            rng: np.random.Generator) -> AlohaSample:  # fmt: skip
+def make_sample(env: AlohaEnv, actions: np.ndarray, image_size: int, rng: np.random.Generator) -> AlohaSample:
+    """The scene as it is now, labelled with ``actions`` [horizon, 14] (dataset space) and its texts."""
     physics = env.physics
-    rows = plan[np.minimum(np.arange(k, k + horizon), len(plan) - 1)]
     images = env.images(image_size, image_size, CAMERAS)
     cube = scene_texts.cube_position(physics)
     question = scene_texts.QUESTIONS[int(rng.integers(0, len(scene_texts.QUESTIONS)))]
     return AlohaSample(
         images=tuple(images[c] for c in CAMERAS),
         state=env.state().astype(np.float64),
-        actions=rows.astype(np.float64),
+        actions=np.asarray(actions, dtype=np.float64),
         instruction=INSTRUCTION,
         texts={"language": scene_texts.phase(physics), "memory": scene_texts.memory_note(physics),
                ASK_TASK: scene_texts.answer(physics, question)},  # fmt: skip
-        target_uvs=tuple(scene_texts.project(physics, env_camera, cube) for env_camera in ("top", "left_wrist", "right_wrist")),
+        target_uvs=tuple(scene_texts.project(physics, CAMERA_OF[c], cube) for c in CAMERAS),
         question=question,
     )
