@@ -164,8 +164,12 @@ def _offline(args: argparse.Namespace, params_file: Path) -> int:
                 recorder = EpisodeRecorder(loop, runtime.image_size)
                 results.append(drive(loop))
                 gif = recorder.write(results[0], Path(args.gif))
-        results += collect(run_all(runtime, specs[len(results):], settings, args.envs, exact=not args.any_length),
-                           len(specs) - len(results), f"eval {args.env}", args.quiet)  # fmt: skip
+        try:
+            results += collect(run_all(runtime, specs[len(results):], settings, args.envs, exact=not args.any_length),
+                               len(specs) - len(results), f"eval {args.env}", args.quiet)  # fmt: skip
+        except ValueError as exc:  # e.g. --envs with a mode that serves one robot only
+            print(f"oxygen-sim: {exc}", file=sys.stderr)
+            return 2
         wall_s = time.perf_counter() - started
     order = {s.seed: i for i, s in enumerate(specs)}
     results.sort(key=lambda r: order[r.spec.seed])  # several environments finish out of order
