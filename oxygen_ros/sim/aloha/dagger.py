@@ -46,7 +46,7 @@ def _labelled_episode(seed: int) -> tuple[bool, list[AlohaSample]]:
     first = int(rng.integers(0, STRIDE))
     env, expert = AlohaEnv(fast_render=True), ReplanningExpert()
     env.reset(seed)
-    expert.begin(env.physics.object_poses()[0])
+    expert.begin(seed)
     runtime.engine.robot("").generator.manual_seed(seed)
     runtime.forget_chunk("")
     samples: list[AlohaSample] = []

@@ -22,7 +22,7 @@ import numpy as np
 from dm_control.rl.control import PhysicsError
 
 from . import scene_texts
-from .expert import Waypoint, at_step, transfer_cube_plan
+from .expert import Waypoint, at_step, expert_episode, transfer_cube_plan
 from .physics import AlohaPhysics
 from .units import finger_to_normalized, normalized_to_finger
 
@@ -45,6 +45,11 @@ def _quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
                      w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2, w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2])  # fmt: skip
 
 
+def _dataset_state(scene: AlohaPhysics) -> np.ndarray:
+    arms, fingers = scene.arm_positions(), finger_to_normalized(scene.finger_positions())
+    return np.concatenate([arms[:6], fingers[:1], arms[6:], fingers[1:]])
+
+
 def _rotate(q: np.ndarray, v: np.ndarray) -> np.ndarray:
     """The vector ``v`` rotated by the unit quaternion ``q`` (w, x, y, z)."""
     return _quat_mul(_quat_mul(q, np.array([0.0, *v])), _quat_conj(q))[1:]
@@ -59,7 +64,7 @@ class ReplanningExpert:
         self._weld = [(weld[i, 3:6].copy(), weld[i, 6:10] / np.linalg.norm(weld[i, 6:10])) for i in range(len(ARMS))]
         self.ee.reset(0)
         self._start_mocap = self.ee.mocap_poses()
-        self.begin(self.ee.object_poses()[0])
+        self.begin(0)
 
     @staticmethod
     def _gripper_pose(physics: AlohaPhysics, arm: str) -> np.ndarray:
@@ -72,18 +77,38 @@ class ReplanningExpert:
         quat = _quat_mul(gripper[3:], _quat_conj(rotation))
         return gripper[:3] - _rotate(quat, offset), quat
 
-    def begin(self, start_cube: np.ndarray) -> None:
-        """A new episode whose cube started at ``start_cube`` (position + quaternion)."""
-        self._start_cube = np.asarray(start_cube, dtype=np.float64).copy()
+    def begin(self, seed: int) -> None:
+        """A new episode, its cube placed by ``seed``: the plan's own run in the joint-space scene gives the
+        states each step of the schedule looks like (``phase_step``)."""
+        scene = AlohaPhysics(self.ee.task.name)
+        scene.reset(seed)
+        self._start_cube = scene.object_poses()[0].copy()
         self._cube = self._start_cube[:3].copy()  # where the pick goes: the cube on the table, last seen
         self._shift = 0  # steps the schedule runs late after missed grasps
         self._regrasp: Waypoint | None = None  # the right arm's pose when its last missed grasp was seen
+        states = []
+        for action in expert_episode(seed, self.ee.task.name).actions:
+            states.append(_dataset_state(scene))
+            scene.set_arm_targets(np.concatenate([action[:6], action[7:13]]))
+            scene.set_finger_targets(float(normalized_to_finger(action[6])), float(normalized_to_finger(action[13])))
+            scene.step()
+        scene.physics.free()
+        self._nominal = np.asarray(states)
+
+    def phase_step(self, scene: AlohaPhysics) -> int:
+        """The step of the plan whose state is nearest to the scene's (14 dims: joints in rad, grippers
+        normalized): where along the schedule the arms are, whatever the episode's clock says. The policy has
+        no clock: a state it reaches late must get the label the expert's own state there got."""
+        return int(np.argmin(np.linalg.norm(self._nominal - _dataset_state(scene), axis=1)))
 
     def chunk(self, scene: AlohaPhysics, step: int, horizon: int) -> np.ndarray | None:
         """[horizon, 14] dataset-space actions (joints rad, grippers 0 closed .. 1 open) for the joint-space
-        ``scene`` as it is at episode ``step`` of the episode ``begin`` started (calls in step order).
+        ``scene`` as it is at episode ``step`` of the episode ``begin`` started (calls in step order). The
+        schedule runs from ``phase_step``, where the state is along it; after a missed grasp from ``step``.
         None when the end-effector scene cannot follow from there (MuJoCo finds the copied state unstable,
         also at rest: a policy can wedge the fingers into the cube)."""
+        if self._regrasp is None:  # after a missed grasp the schedule has moved on: the episode's clock
+            step = self.phase_step(scene)
         for keep_velocities in (True, False):
             try:
                 return self._rollout(scene, step, horizon, keep_velocities)
