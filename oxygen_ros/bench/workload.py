@@ -94,7 +94,7 @@ class BenchRuntime:
         self.compile_s = getattr(self.sampler, "compile_s", None)
         self.rtc_compile_s = getattr(self.sampler, "rtc_compile_s", None)
         self.fused = bool(getattr(self.sampler, "fused", False))
-        graphed = type(self.sampler).__name__ == "GraphedActionSampler"
+        graphed = getattr(self.sampler, "replays_cuda_graphs", False)
         self.path = ("cuda_graph_compiled" if self.fused else "cuda_graph") if graphed else ("compiled" if self.fused else "eager")
         # The prefill runs on the calling thread: compiled there.
         self.prefiller: Prefiller = make_prefiller(model, workload.prefill, progress)

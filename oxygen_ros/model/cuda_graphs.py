@@ -66,6 +66,8 @@ class _Recorded:
 class GraphedActionSampler:
     """An :class:`~oxygen_ros.model.compiled.ActionSampler` replaying one CUDA graph per chunk."""
 
+    replays_cuda_graphs = True  # what the runtime and the bench ask of a sampler (others lack the attribute)
+
     def __init__(self, model: Pi05Model, network: VelocityFn | None = None, capture: bool | None = None) -> None:
         cfg, b = model.config, model.config.backbone
         self.model = model

@@ -126,7 +126,7 @@ class PolicyRuntime:
             lanes=self.lanes,
             prefiller=make_prefiller(model, config.prefill_backend, _progress),
             # decode steps replayed from CUDA graphs wherever the chunk is one (as oxygen-bench measures them)
-            decode_graphs=type(sampler).__name__ == "GraphedActionSampler",
+            decode_graphs=getattr(sampler, "replays_cuda_graphs", False),
         )
         self.mode = config.engine_mode
         k = config.tokens_per_frame
