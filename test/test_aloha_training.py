@@ -201,3 +201,15 @@ def test_the_replanning_expert_follows_a_moved_cube_and_picks_a_missed_one_again
     assert success is not None
     if move_at > 170:  # a second pick: the schedule shifted by well over 100 steps
         assert success > replay(plan, seed) + 100
+
+
+def test_one_seed_writes_one_checkpoint_with_a_dagger_round(tmp_path: Path) -> None:
+    """Expert data from two processes, a DAgger round labelled by the re-planning expert: the same bytes twice."""
+    cfg = aloha_config(samples=40, data_workers=2, dagger_rounds=1, dagger_episodes=2, dagger_fresh_samples=20, dagger_steps=2)
+    source, on_policy, vocabulary = sources("aloha_transfer_cube", False)
+    written = []
+    for run in ("a", "b"):
+        result = train(cfg, source, tmp_path / run, vocabulary, progress=False, on_policy=on_policy)
+        assert result.dagger and result.dagger[0]["on_policy_samples"] > 0
+        written.append([(tmp_path / run / name).read_bytes() for name in ("model.safetensors", "tokenizer.model", "config.json")])
+    assert written[0] == written[1]
