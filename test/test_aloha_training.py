@@ -204,8 +204,10 @@ def test_the_replanning_expert_follows_a_moved_cube_and_picks_a_missed_one_again
 
 
 def test_one_seed_writes_one_checkpoint_with_a_dagger_round(tmp_path: Path) -> None:
-    """Expert data from two processes, a DAgger round labelled by the re-planning expert: the same bytes twice."""
-    cfg = aloha_config(samples=40, data_workers=2, dagger_rounds=1, dagger_episodes=2, dagger_fresh_samples=20, dagger_steps=2)
+    """Expert data, a DAgger round labelled by the re-planning expert: the same bytes twice. In this process (one
+    worker): the other tests have made EGL contexts here, which a forked MuJoCo renderer would inherit and hang on;
+    the command line never renders before it forks."""
+    cfg = aloha_config(samples=40, data_workers=1, dagger_rounds=1, dagger_episodes=2, dagger_fresh_samples=20, dagger_steps=2)
     source, on_policy, vocabulary = sources("aloha_transfer_cube", False)
     written = []
     for run in ("a", "b"):
