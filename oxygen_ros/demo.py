@@ -388,6 +388,16 @@ def write_episode_gif(logs: list[EpisodeLog], path: Path, width: int = 320) -> P
 ROBOTS = ("tabletop", "aloha")
 
 
+def add_run_args(parser: argparse.ArgumentParser, first_seed: int, out: str, policy_params: str, sim_params: str) -> None:
+    """The options every demo takes: episodes, first seed, output folder (under out/), both nodes' params files
+    (under config/)."""
+    parser.add_argument("--episodes", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=first_seed, help=f"first held-out scene seed (default {first_seed})")
+    parser.add_argument("--out", type=Path, default=ROOT / "out" / out)
+    parser.add_argument("--policy-params", type=Path, default=ROOT / "config" / policy_params)
+    parser.add_argument("--sim-params", type=Path, default=ROOT / "config" / sim_params)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     chooser = argparse.ArgumentParser(add_help=False)
@@ -401,11 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--robot", choices=ROBOTS, default="tabletop",
                         help="tabletop: the package's own arm (default); aloha: the MuJoCo ALOHA (its own options: "
                         "--robot aloha --help)")  # fmt: skip
-    parser.add_argument("--episodes", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=DEMO_SEED, help=f"first held-out scene seed (default {DEMO_SEED})")
-    parser.add_argument("--out", type=Path, default=ROOT / "out" / "demo")
-    parser.add_argument("--policy-params", type=Path, default=ROOT / "config" / "demo_policy.yaml")
-    parser.add_argument("--sim-params", type=Path, default=ROOT / "config" / "demo_sim.yaml")
+    add_run_args(parser, DEMO_SEED, "demo", "demo_policy.yaml", "demo_sim.yaml")
     parser.add_argument("--robots", type=int, default=1,
                         help="simulated arms, each in its own namespace, all driven by one oxygen_node (default 1)")
     args = parser.parse_args(argv)

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from oxygen_ros.demo import (ROOT, Listener, check_run_rules, report_figures, say, spin_until, start_policy,
+from oxygen_ros.demo import (ROOT, Listener, add_run_args, check_run_rules, report_figures, say, spin_until, start_policy,
                              start_sim, stop, wait_for_policy, write_episode_gif)  # fmt: skip
 from oxygen_ros.sim.aloha import scene_texts
 from oxygen_ros.sim.media import EpisodeLog, write_summary
@@ -138,11 +138,7 @@ def write_json_summary(logs: list[EpisodeLog], listener: Listener, path: Path, w
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/demo.sh --robot aloha", description="oxygen_ros demo on the MuJoCo ALOHA: the trained policy hands the "
                                      "cube over, served by oxygen_node over DDS")  # fmt: skip
-    parser.add_argument("--episodes", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=DEMO_SEED, help=f"first held-out scene seed (default {DEMO_SEED})")
-    parser.add_argument("--out", type=Path, default=ROOT / "out" / "aloha")
-    parser.add_argument("--policy-params", type=Path, default=ROOT / "config" / "aloha_demo.yaml")
-    parser.add_argument("--sim-params", type=Path, default=ROOT / "config" / "aloha_demo_sim.yaml")
+    add_run_args(parser, DEMO_SEED, "aloha", "aloha_demo.yaml", "aloha_demo_sim.yaml")
     args = parser.parse_args(argv)
     if args.episodes < 1:
         parser.error(f"--episodes must be >= 1, got {args.episodes}")

@@ -92,6 +92,12 @@ def with_run_settings(settings: EvalSettings, args: argparse.Namespace) -> EvalS
                                blank_cameras=args.blank_cameras, questions=args.questions, question_split=args.split)  # fmt: skip
 
 
+def in_spec_order(results: list[Any], specs: list[Any]) -> list[Any]:
+    """Episode results in the order of their specs (several environments finish out of order)."""
+    order = {s.seed: i for i, s in enumerate(specs)}
+    return sorted(results, key=lambda r: order[r.spec.seed])
+
+
 def collect(results: Any, total: int, desc: str, quiet: bool) -> list[Any]:
     """Episode results as they finish, behind a progress bar with the running success count."""
     out: list[Any] = []
@@ -165,8 +171,7 @@ def _eval(args: argparse.Namespace) -> int:
         print(f"oxygen-sim: {exc}", file=sys.stderr)
         return 2
     wall_s = time.perf_counter() - started
-    order = {s.seed: i for i, s in enumerate(specs)}
-    results.sort(key=lambda r: order[r.spec.seed])  # several environments finish out of order
+    results = in_spec_order(results, specs)
     summary = summarize(results, runtime, settings)
     summary["seed"] = args.seed
     summary["envs"] = args.envs

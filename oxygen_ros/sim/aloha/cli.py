@@ -122,7 +122,7 @@ def _offline(args: argparse.Namespace, params_file: Path) -> int:
     from oxygen_ros.runtime import PolicyRuntime, RuntimeLoadError
     from oxygen_ros.runtime.params_file import ParamsFileError
 
-    from ..cli import _shown, collect, with_overrides, with_run_settings
+    from ..cli import _shown, collect, in_spec_order, with_overrides, with_run_settings
     from ..evaluate import EpisodeLoop, answers_by_kind, drive, evaluate as run_all, summarize
     from .evaluation import eval_config, episode_specs, expert_as_model, load_params, small_checkpoint
     from .recording import EpisodeRecorder
@@ -171,8 +171,7 @@ def _offline(args: argparse.Namespace, params_file: Path) -> int:
             print(f"oxygen-sim: {exc}", file=sys.stderr)
             return 2
         wall_s = time.perf_counter() - started
-    order = {s.seed: i for i, s in enumerate(specs)}
-    results.sort(key=lambda r: order[r.spec.seed])  # several environments finish out of order
+    results = in_spec_order(results, specs)
     summary: dict[str, Any] = {**summarize(results, runtime, settings), "env": args.env, "seed": args.seed,
                                "envs": args.envs, "params_file": _shown(params_file), "expert_as_model": args.expert_as_model,
                                "decode_steps_per_chunk": config.tokens_per_frame, "image_size": runtime.image_size,
