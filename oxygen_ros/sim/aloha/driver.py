@@ -20,7 +20,7 @@ from oxygen_ros.runtime.trajectory import TimedTrajectory
 
 from ..follower import TrajectoryFollower, TrajectoryRejected
 from .physics import SUCCESS_REWARD, AlohaPhysics
-from .units import ARM_JOINTS, DT, START_ARM, finger_to_gripper_joint, finger_to_normalized, gripper_joint_to_finger
+from .units import ARM_JOINTS, DT, START_ARM, finger_to_gripper_joint, gripper_joint_to_finger
 
 NS = 1_000_000_000
 # The setpoint is the actuators' target: MuJoCo's position actuators do the tracking, the follower does not limit it.
@@ -136,8 +136,7 @@ class AlohaDriver:
 
     def dataset_state(self) -> np.ndarray:
         """The state as ALOHA's datasets and openpi's real_env report it: joints (rad), grippers normalized."""
-        arms, fingers = self.physics.arm_positions(), finger_to_normalized(self.physics.finger_positions())
-        return np.concatenate([arms[:6], fingers[:1], arms[6:], fingers[1:]])
+        return self.physics.dataset_state()
 
     def step(self) -> EpisodeRecord | None:
         """One control step of the running episode; returns its record when this step ended it."""

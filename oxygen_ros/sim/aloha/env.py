@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .physics import CAMERAS, SUCCESS_REWARD, AlohaPhysics
-from .units import DT, finger_to_normalized, normalized_to_finger
+from .units import DT, normalized_to_finger
 
 # openpi's ALOHA image keys → the scene's cameras (cam_high is the top camera, as openpi's aloha_sim uses it).
 CAMERA_OF = {"cam_high": "top", "cam_left_wrist": "left_wrist", "cam_right_wrist": "right_wrist"}
@@ -40,8 +40,7 @@ class AlohaEnv:
 
     def state(self) -> np.ndarray:
         """14 values: per arm six joints (rad) and the gripper's finger position normalized (gym's agent_pos)."""
-        arms, fingers = self.physics.arm_positions(), finger_to_normalized(self.physics.finger_positions())
-        return np.concatenate([arms[:6], fingers[:1], arms[6:], fingers[1:]])
+        return self.physics.dataset_state()
 
     def step(self, action: np.ndarray) -> int:
         """Apply one 14-value action for one step; returns the reward after it."""

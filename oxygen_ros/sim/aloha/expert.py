@@ -34,7 +34,7 @@ class Waypoint:
     gripper: float  # 0 closed, 1 open
 
 
-def _quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     w1, x1, y1, z1 = a
     w2, x2, y2, z2 = b
     return np.array([w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2, w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
@@ -53,7 +53,7 @@ def _plan(rows: list[tuple[int, np.ndarray, np.ndarray, float]]) -> list[Waypoin
 def transfer_cube_plan(start_left: np.ndarray, start_right: np.ndarray, cube: np.ndarray) -> tuple[list[Waypoint], list[Waypoint]]:
     """ACT's PickAndTransferPolicy: the right arm picks the cube and meets the left arm, which takes it."""
     box = cube[:3]
-    pick = _quat_mul(start_right[3:], _axis_angle((0, 1, 0), -60))  # the right gripper tilted to pick
+    pick = quat_mul(start_right[3:], _axis_angle((0, 1, 0), -60))  # the right gripper tilted to pick
     meet_left = _axis_angle((1, 0, 0), 90)
     meet = np.array([0.0, 0.5, 0.25])
     upright = np.array([1.0, 0.0, 0.0, 0.0])

@@ -18,7 +18,7 @@ from dm_control import mujoco  # noqa: E402
 from gym_aloha.constants import ASSETS_DIR  # noqa: E402
 from gym_aloha.utils import sample_box_pose, sample_insertion_pose  # noqa: E402
 
-from .units import ARM_JOINTS, ARMS, DT, FINGER_CLOSED_M, START_ARM, START_FINGER_M  # noqa: E402
+from .units import ARM_JOINTS, ARMS, DT, FINGER_CLOSED_M, START_ARM, START_FINGER_M, finger_to_normalized  # noqa: E402
 
 CAMERAS = ("top", "left_wrist", "right_wrist", "angle", "front_close", "left_pillar", "right_pillar")
 SUCCESS_REWARD = 4
@@ -141,6 +141,12 @@ class AlohaPhysics:
     def finger_positions(self) -> np.ndarray:
         """Each gripper's (left) finger position in metres: [left gripper, right gripper]."""
         return self.physics.data.qpos[self.finger_qpos].copy()
+
+    def dataset_state(self) -> np.ndarray:
+        """14 values as ALOHA's datasets and openpi's real_env report them: per arm six joints (rad) and the
+        gripper's finger position normalized (0 closed, 1 open), left arm first."""
+        arms, fingers = self.arm_positions(), finger_to_normalized(self.finger_positions())
+        return np.concatenate([arms[:6], fingers[:1], arms[6:], fingers[1:]])
 
     def mocap_poses(self) -> tuple[np.ndarray, np.ndarray]:
         """The mocap bodies' poses (xyz + quaternion w, x, y, z) the grippers are welded to: left, right."""

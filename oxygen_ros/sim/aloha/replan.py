@@ -22,7 +22,7 @@ import numpy as np
 from dm_control.rl.control import PhysicsError
 
 from . import scene_texts
-from .expert import Waypoint, at_step, expert_episode, transfer_cube_plan
+from .expert import Waypoint, at_step, expert_episode, quat_mul, transfer_cube_plan
 from .physics import AlohaPhysics
 from .units import finger_to_normalized, normalized_to_finger
 
@@ -38,21 +38,9 @@ def _quat_conj(q: np.ndarray) -> np.ndarray:
     return np.array([q[0], -q[1], -q[2], -q[3]])
 
 
-def _quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    w1, x1, y1, z1 = a
-    w2, x2, y2, z2 = b
-    return np.array([w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2, w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
-                     w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2, w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2])  # fmt: skip
-
-
-def _dataset_state(scene: AlohaPhysics) -> np.ndarray:
-    arms, fingers = scene.arm_positions(), finger_to_normalized(scene.finger_positions())
-    return np.concatenate([arms[:6], fingers[:1], arms[6:], fingers[1:]])
-
-
 def _rotate(q: np.ndarray, v: np.ndarray) -> np.ndarray:
     """The vector ``v`` rotated by the unit quaternion ``q`` (w, x, y, z)."""
-    return _quat_mul(_quat_mul(q, np.array([0.0, *v])), _quat_conj(q))[1:]
+    return quat_mul(quat_mul(q, np.array([0.0, *v])), _quat_conj(q))[1:]
 
 
 class ReplanningExpert:
@@ -74,7 +62,7 @@ class ReplanningExpert:
     def _mocap_for(self, gripper: np.ndarray, arm: int) -> tuple[np.ndarray, np.ndarray]:
         """The mocap pose whose weld holds the gripper at ``gripper`` (xyz + quaternion)."""
         offset, rotation = self._weld[arm]
-        quat = _quat_mul(gripper[3:], _quat_conj(rotation))
+        quat = quat_mul(gripper[3:], _quat_conj(rotation))
         return gripper[:3] - _rotate(quat, offset), quat
 
     def begin(self, seed: int) -> None:
@@ -88,7 +76,7 @@ class ReplanningExpert:
         self._regrasp: Waypoint | None = None  # the right arm's pose when its last missed grasp was seen
         states = []
         for action in expert_episode(seed, self.ee.task.name).actions:
-            states.append(_dataset_state(scene))
+            states.append(scene.dataset_state())
             scene.set_arm_targets(np.concatenate([action[:6], action[7:13]]))
             scene.set_finger_targets(float(normalized_to_finger(action[6])), float(normalized_to_finger(action[13])))
             scene.step()
@@ -99,7 +87,7 @@ class ReplanningExpert:
         """The step of the plan whose state is nearest to the scene's (14 dims: joints in rad, grippers
         normalized): where along the schedule the arms are, whatever the episode's clock says. The policy has
         no clock: a state it reaches late must get the label the expert's own state there got."""
-        return int(np.argmin(np.linalg.norm(self._nominal - _dataset_state(scene), axis=1)))
+        return int(np.argmin(np.linalg.norm(self._nominal - scene.dataset_state(), axis=1)))
 
     def chunk(self, scene: AlohaPhysics, step: int, horizon: int) -> np.ndarray | None:
         """[horizon, 14] dataset-space actions (joints rad, grippers 0 closed .. 1 open) for the joint-space
