@@ -9,6 +9,7 @@ import logging
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch._dynamo.utils import counters
 
 from engine_fixtures import make_frame, model_with_norms
@@ -17,7 +18,7 @@ from oxygen_ros.model import compiled
 from oxygen_ros.model.compiled import FusedActionSampler, compiler_available
 from oxygen_ros.model.compiled_prefill import EAGER_FUNCTIONS, FusedPrefill, make_prefiller
 from oxygen_ros.model.config import TINY
-from oxygen_ros.model.layers import attend
+from oxygen_ros.model.layers import attend, dot_product_attention
 from oxygen_ros.model.prefix_attention import prefix_attention, text_rows_mask
 from oxygen_ros.model.vla import Pi05Model, PrefixOutput
 
@@ -209,6 +210,27 @@ def test_block_wise_attention_equals_the_dense_mask(mode: str, n_img: int) -> No
     dense = attend(q, k, v, model.prefix_mask(n_img, t - n_img).unsqueeze(0))
     text_mask = text_rows_mask(n_img, t - n_img, b.num_heads // b.num_kv_heads, q.device) if mode == "causal_text" else None
     torch.testing.assert_close(prefix_attention(q, k, v, text_mask), dense, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(compiler_available() is not None, reason="inductor needs a C++ compiler")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_written_out_attention_in_a_compiled_graph_equals_the_fused_kernel(dtype: torch.dtype) -> None:
+    """Compiled for the CPU, ``dot_product_attention`` is two products around a float32 softmax (with a mask
+    and without); eager it is the fused kernel. Both agree within the dtype's rounding."""
+    g = torch.Generator().manual_seed(0)
+    q = (3 * torch.randn(2, 1, 96, 16, generator=g)).to(dtype)  # scores of a few units, as trained models have
+    k, v = ((3 * torch.randn(2, 1, 40, 16, generator=g)).to(dtype) for _ in range(2))
+    mask = torch.rand(2, 1, 96, 40, generator=g) < 0.7
+    mask[..., 0] = True  # every row sees a key
+    compiled_attention = torch.compile(dot_product_attention, fullgraph=True)
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
+    for m in (mask, None):
+        fused_kernel = dot_product_attention(q, k, v, m, 0.25)
+        written_out = compiled_attention(q, k, v, m, 0.25)
+        torch.testing.assert_close(written_out.float(), fused_kernel.float(), **tol)
+        reference = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=m, scale=0.25)
+        # no less exact than the fused kernel against a float64 reference (float32 scores in both)
+        assert (written_out.double() - reference).abs().max() <= 1.5 * (fused_kernel.double() - reference).abs().max() + 1e-6
 
 
 def test_eager_backend_is_the_plain_method() -> None:

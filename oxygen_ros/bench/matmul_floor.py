@@ -1,11 +1,12 @@
-"""The floor of a prefill on this machine: its matrix products alone, same shapes, same dtype, same layouts.
+"""The floor of a model function on this machine: its matrix products alone, same shapes, dtype and layouts.
 
-``MatmulFloor.capture`` runs one eager prefill under a dispatch mode that records every matrix product the
-weights take part in (``aten.linear`` as inference mode dispatches it, or ``mm``/``addmm``/``bmm``: the linear
-layers of the vision tower, the projector and the backbone) with its operands' shapes, strides and dtype; ``time_once`` replays them on fresh tensors of
-those layouts, one after the other as in the prefill, and returns their summed wall time. Attention (a fused
-kernel of its own) is not among them, so P ÷ this time is what the prefill spends beyond its matrix products
-(norms, GELU, RoPE, attention, copies): 1.0 would be a prefill that is nothing but its matrix products.
+``MatmulFloor.capture`` runs one eager call (a prefill; a chunk, plain or guided) under a dispatch mode that
+records every matrix product (``linear``/``matmul`` as inference mode dispatches them, ``mm``/``addmm``/``bmm``
+as autograd does) with its operands' shapes, strides and dtype; ``time_once`` replays them on fresh tensors of
+those layouts, one after the other in the call's order, and returns their summed wall time. In the eager
+prefill these are the products of the weights (the vision tower, the projector, the backbone): its attention
+is a fused kernel of its own and not among them, so P ÷ this time is what the prefill spends beyond its linear
+layers (norms, GELU, RoPE, attention, copies); 1.0 would be a prefill that is nothing but its linear layers.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from dataclasses import dataclass
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-MATMULS = {torch.ops.aten.linear.default, torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
-           torch.ops.aten.bmm.default}
+# Inference mode hands composite ops (``linear``, ``matmul``) to the recorder whole; autograd decomposes them.
+MATMULS = {torch.ops.aten.linear.default, torch.ops.aten.matmul.default, torch.ops.aten.mm.default,
+           torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
 
 
 @dataclass(frozen=True)
@@ -55,9 +57,11 @@ class MatmulFloor:
         self._calls = [(func, tuple(o.make(device) for o in ops)) for func, ops in calls]
 
     @classmethod
-    def capture(cls, prefill: Callable[[], object], device: torch.device) -> "MatmulFloor":
+    def capture(cls, prefill: Callable[[], object], device: torch.device, grad: bool = False) -> "MatmulFloor":
+        """The products of one call of ``prefill`` (any model function); ``grad``: run it with autograd on, so
+        the products of a backward pass it takes (``torch.autograd.grad``) are recorded too."""
         recorder = _Recorder()
-        with torch.inference_mode(), recorder:
+        with torch.inference_mode(not grad), torch.enable_grad() if grad else torch.no_grad(), recorder:
             prefill()
         return cls(recorder.calls, device)
 
@@ -75,7 +79,8 @@ class MatmulFloor:
 
 
 def _flops(func: object, ops: tuple[Operand, ...]) -> int:
-    """2·M·N·K of one product: linear(x [..., K], W [N, K], bias?), addmm(bias, a, b), mm(a, b), bmm(a, b)."""
+    """2·M·N·K of one product: linear(x [..., K], W [N, K], bias?), addmm(bias, a, b), mm(a, b), bmm(a, b),
+    matmul(a [..., M, K], b [..., K, N]) with broadcast batch dimensions."""
     if func is torch.ops.aten.linear.default:
         x, w = ops[0].shape, ops[1].shape
         rows = 1
@@ -83,5 +88,10 @@ def _flops(func: object, ops: tuple[Operand, ...]) -> int:
             rows *= n
         return 2 * rows * w[0] * w[1]
     a, b = ops[-2].shape, ops[-1].shape
+    if func is torch.ops.aten.matmul.default:
+        batch = 1
+        for n in torch.broadcast_shapes(a[:-2], b[:-2]):
+            batch *= n
+        return 2 * batch * a[-2] * a[-1] * b[-1]
     batch = a[0] if func is torch.ops.aten.bmm.default else 1
     return 2 * batch * a[-2] * a[-1] * b[-1]

@@ -1,6 +1,8 @@
 """How to attend over a prefix, measured side by side: one layer's attention of a frame's prefix (two cameras
 and a prompt) by the dense boolean mask, by block-wise fused-attention calls (``model.prefix_attention``) and
-by flex attention (compiled), in both prefix attention modes.
+by flex attention (compiled), in both prefix attention modes; and the block-wise attention compiled, as the
+compiled prefill runs it (on a CPU written out as matrix products around a fused softmax:
+``layers.dot_product_attention``).
 
     python -m oxygen_ros.bench.prefix_attention [--preset bench pi05] [--dtype float32 bfloat16] [--cpu-time]
 """
@@ -22,7 +24,8 @@ from oxygen_ros.model.prefix_attention import prefix_attention, text_rows_mask
 from .machine import describe, machine_info
 
 
-def _time(fn: Callable[[], Tensor], repeats: int, clock: Callable[[], float] = time.perf_counter) -> float:
+def median_seconds(fn: Callable[[], object], repeats: int, clock: Callable[[], float] = time.perf_counter) -> float:
+    """The median of ``repeats`` timed calls of ``fn`` after two untimed ones."""
     fn()
     fn()
     samples = []
@@ -72,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(1)
         clock = time.thread_time
     print(f"machine: {describe(machine_info('cpu', None))}; torch threads {torch.get_num_threads()}")
-    print(f"{'preset':<7}{'dtype':<10}{'T':>5}{'mode':>15}{'dense ms':>10}{'blocks ms':>11}{'flex ms':>9}{'blocks/dense':>14}")
+    print(f"{'preset':<7}{'dtype':<10}{'T':>5}{'mode':>15}{'dense ms':>10}{'blocks ms':>11}{'flex ms':>9}{'blocks/dense':>14}"
+          f"{'compiled ms':>13}{'compiled/blocks':>17}")
     g = torch.Generator().manual_seed(0)
     for name in args.preset:
         b = preset(name).backbone
@@ -92,18 +96,21 @@ def main(argv: list[str] | None = None) -> int:
                         ref = attend(q, k, v, mask)
                         got = prefix_attention(q, k, v, text_mask)
                         torch.testing.assert_close(got.float(), ref.float(), rtol=2e-2, atol=2e-2)
-                        dense = _time(lambda: attend(q, k, v, mask), args.repeats, clock)
-                        blocks = _time(lambda: prefix_attention(q, k, v, text_mask), args.repeats, clock)
+                        dense = median_seconds(lambda: attend(q, k, v, mask), args.repeats, clock)
+                        blocks = median_seconds(lambda: prefix_attention(q, k, v, text_mask), args.repeats, clock)
+                        compiled = torch.compile(prefix_attention, dynamic=False)
+                        torch.testing.assert_close(compiled(q, k, v, text_mask).float(), ref.float(), rtol=2e-2, atol=2e-2)
+                        fused = median_seconds(lambda: compiled(q, k, v, text_mask), args.repeats, clock)
                         flex = float("nan")
                         if args.flex:
                             try:
                                 fn = flex_fn(n_img, t, causal)
                                 torch.testing.assert_close(fn(q, k, v).float(), ref.float(), rtol=2e-2, atol=2e-2)
-                                flex = _time(lambda: fn(q, k, v), args.repeats, clock)
+                                flex = median_seconds(lambda: fn(q, k, v), args.repeats, clock)
                             except Exception as exc:  # noqa: BLE001 - report, go on
                                 print(f"  flex attention failed: {type(exc).__name__}: {str(exc).splitlines()[0]}")
                     print(f"{name:<7}{dtype_name:<10}{t:>5}{mode:>15}{dense * 1e3:>10.2f}{blocks * 1e3:>11.2f}"
-                          f"{flex * 1e3:>9.2f}{blocks / dense:>14.2f}", flush=True)
+                          f"{flex * 1e3:>9.2f}{blocks / dense:>14.2f}{fused * 1e3:>13.2f}{fused / blocks:>17.2f}", flush=True)
     return 0
 
 

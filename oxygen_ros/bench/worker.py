@@ -15,6 +15,7 @@ import torch
 
 from oxygen_ros.engine import make_runner
 from oxygen_ros.engine.modes import ParallelRunner
+from oxygen_ros.model.rtc import sample_actions_rtc
 from oxygen_ros.model.vla import count_parameters
 from oxygen_ros.engine.allocator import keep_freed_buffers
 
@@ -69,6 +70,16 @@ class PartsProbe:
         self.matmuls = MatmulFloor.capture(lambda: model.prefill(frame.images, frame.image_mask, frame.prompt_tokens,
                                                                  k, k), model.device)
         self.matmul: list[float] = []
+        # The plain and the guided chunk's products alone: the floor of A_rtc ÷ A (bench/rtc_floor.py).
+        n = model.prefill(frame.images, frame.image_mask, frame.prompt_tokens, k, k).length
+        with torch.inference_mode(False):  # a prefix autograd may save for the backward pass
+            pk = k[:, :n].clone()
+        noise, guide = workload.noise(model.config, 0), self.guide
+        self.chunk_matmuls = MatmulFloor.capture(lambda: model.sample_actions(pk, pk, noise), model.device)
+        self.rtc_matmuls = MatmulFloor.capture(lambda: sample_actions_rtc(
+            model, pk, pk, noise, guide.target, guide.weights, guide.beta), model.device, grad=True)
+        self.chunk_matmul: list[float] = []
+        self.rtc_matmul: list[float] = []
 
     def sample(self, index: int) -> None:
         noise = self.workload.noise(self.model.config, index)
@@ -84,6 +95,8 @@ class PartsProbe:
         self.engine.kv.release(prefix)
         self.prefill.append(p)
         self.matmul.append(self.matmuls.time_once())
+        self.chunk_matmul.append(self.chunk_matmuls.time_once())
+        self.rtc_matmul.append(self.rtc_matmuls.time_once())
         self.prefill_eager.append(p_eager)
         self.action.append(a)
         self.action_eager.append(a_eager)
@@ -108,6 +121,8 @@ class PartsProbe:
             "action_eager_s": statistics.median(self.action_eager),
             "action_rtc_s": statistics.median(self.action_rtc),
             "action_rtc_eager_s": statistics.median(self.action_rtc_eager),
+            "action_matmul_s": statistics.median(self.chunk_matmul),
+            "action_rtc_matmul_s": statistics.median(self.rtc_matmul),
             "rtc_compile_s": self.runtime.rtc_compile_s,
             "action_fused": self.runtime.fused,
             "action_path": self.runtime.path,

@@ -156,6 +156,24 @@ def attend_two_parts(q: Tensor, k1: Tensor, v1: Tensor, k2: Tensor, v2: Tensor, 
     return _unfold_heads(out, s)
 
 
+def dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> Tensor:
+    """``F.scaled_dot_product_attention`` of q [..., S, D] against k, v [..., T, D] with a bool ``mask``
+    (True = may attend) broadcastable to [..., S, T].
+
+    In a graph compiled for the CPU it is written out: float32 scores from one matrix product, the scale, mask
+    and softmax that inductor fuses into one loop, and the product with v. At the heads of these models (32
+    and 64 wide) the CPU's flash-attention kernel runs far below matrix-product speed, and the written-out form
+    took 0.4-0.85x its time per prefill attention (``python -m oxygen_ros.bench.prefill_parts``,
+    docs/performance.md). The scores stay float32 as in the fused kernel. Eager and CUDA take the fused kernel.
+    """
+    if not (q.device.type == "cpu" and torch.compiler.is_compiling()):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1).to(v.dtype), v)
+
+
 def sinusoidal_time_embedding(t: Tensor, dim: int, min_period: float = 4e-3, max_period: float = 4.0) -> Tensor:
     """pi0's flow-time embedding: sin/cos at geometrically spaced periods. t [B] → [B, dim] (float32)."""
     if dim % 2:

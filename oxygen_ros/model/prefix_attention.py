@@ -18,19 +18,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from .layers import _fold_heads, _unfold_heads
+from .layers import _fold_heads, _unfold_heads, dot_product_attention
 
 
 def folded_sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
     """q [B, S, H, D]; k, v [B, T, Hkv, D]; mask [S·G, T] bool in the folded row order (token, head), one per
     batch row [B, 1, S·G or 1, T], or None → [B, S, H·D]."""
     s, hkv, d = q.shape[1], k.shape[2], q.shape[3]
-    out = F.scaled_dot_product_attention(
-        _fold_heads(q, hkv), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=1.0 / math.sqrt(d)
-    )
+    out = dot_product_attention(_fold_heads(q, hkv), k.transpose(1, 2), v.transpose(1, 2), mask, 1.0 / math.sqrt(d))
     return _unfold_heads(out, s)
 
 

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import VisionConfig
+from .layers import dot_product_attention
 
 
 class SiglipAttention(nn.Module):
@@ -29,9 +30,8 @@ class SiglipAttention(nn.Module):
         def heads(t: Tensor) -> Tensor:
             return t.view(b, n, self.num_heads, d).transpose(1, 2)
 
-        out = F.scaled_dot_product_attention(
-            heads(self.q_proj(x)), heads(self.k_proj(x)), heads(self.v_proj(x)), scale=1.0 / math.sqrt(d)
-        )
+        out = dot_product_attention(heads(self.q_proj(x)), heads(self.k_proj(x)), heads(self.v_proj(x)), None,
+                                    1.0 / math.sqrt(d))
         return self.out_proj(out.transpose(1, 2).reshape(b, n, w))
 
 
