@@ -163,10 +163,9 @@ def dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, 
     In a graph compiled for the CPU it is written out: float32 scores from one matrix product, the scale, mask
     and softmax that inductor fuses into one loop, and the product with v. At the heads of the bench preset
     (32 and 64 wide) the CPU's flash-attention kernel runs far below matrix-product speed: a compiled vision
-    block took 2.48 ms written out against 2.88 ms with the kernel (one thread; a backbone layer the same either
-    way; docs/performance.md,
-    "The prefill against its floor"). The scores stay float32 as in the fused kernel. Eager and CUDA take the
-    fused kernel.
+    block took 2.48 ms written out against 2.88 ms with the kernel (one thread; a backbone layer the same
+    either way; docs/performance.md, "The prefill against its floor"). The scores stay float32 as in the fused
+    kernel. Eager and CUDA take the fused kernel.
     """
     if not (q.device.type == "cpu" and torch.compiler.is_compiling()):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
