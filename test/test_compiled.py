@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
 from engine_fixtures import make_frame, model_with_norms
 from oxygen_ros.engine import Engine
 from oxygen_ros.engine.engine import EngineLanes
 from oxygen_ros.engine.types import ChunkGuide
 from oxygen_ros.model.compiled import FusedActionSampler, compiler_available, make_action_sampler
+from oxygen_ros.model.compiled_aot import COUNTERS
 from oxygen_ros.model.config import TINY
 from oxygen_ros.model.rtc import prefix_weights, sample_actions_rtc
 from oxygen_ros.model.vla import Pi05Model
@@ -77,11 +79,13 @@ def test_fused_chunk_equals_uncached_joint_forward(fused: dict[str, FusedActionS
 @needs_compiler
 def test_one_compilation_serves_every_prefix_length_and_pool(fused: dict[str, FusedActionSampler]) -> None:
     sampler = fused["causal_text"]
+    variants = counters[COUNTERS]["compiled"]
     with torch._dynamo.config.patch(error_on_recompile=True):
         for capacity, offset, seed in ((400, 0, 1), (700, 123, 2), (260, 7, 3)):
             k, v, sl, (*_, noise) = prefill(sampler.model, capacity, offset, seed)
             got = sampler(k[:, sl], v[:, sl], noise)
             torch.testing.assert_close(got, sampler.model.sample_actions(k[:, sl], v[:, sl], noise), rtol=1e-4, atol=1e-5)
+    assert counters[COUNTERS]["compiled"] == variants  # no new ahead-of-time variant either
     assert sampler.fused, sampler.failure
 
 
@@ -95,32 +99,57 @@ def test_eager_backend_is_the_plain_method_bit_for_bit() -> None:
 
 
 _COMPILE_ONCE = """
-import json, torch
+import dataclasses, json, sys, torch
 from torch._dynamo.utils import counters
 from oxygen_ros.model.compiled import FusedActionSampler
+from oxygen_ros.model.compiled_aot import COUNTERS
 from oxygen_ros.model.config import TINY
 from oxygen_ros.model.vla import Pi05Model
 torch.manual_seed(0)
-sampler = FusedActionSampler(Pi05Model(TINY).eval())
+model = Pi05Model(dataclasses.replace(TINY, action_horizon=int(sys.argv[1]))).eval()
+sampler = FusedActionSampler(model)
 sampler.warm_up()
-print(json.dumps({"fused": sampler.fused, "fx": dict(counters["inductor"]), "aot": dict(counters["aot_autograd"])}))
+b, cfg = model.config.backbone, model.config
+g = torch.Generator().manual_seed(1)
+k = torch.randn(b.depth, 37, b.num_kv_heads, b.head_dim, generator=g)
+noise = torch.randn(cfg.action_horizon, cfg.action_dim, generator=g)
+fused, eager = sampler(k, k, noise), model.sample_actions(k, k, noise)
+print(json.dumps({"fused": sampler.fused, "fx": dict(counters["inductor"]), "aot": dict(counters[COUNTERS]),
+                  "chunk": fused.flatten().tolist(), "error": (fused - eager).abs().max().item()}))
 """
 
 
+def _start(folder: Path, horizon: int, artefacts: bool) -> dict:
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(folder), "OXYGEN_ROS_AOT_ARTEFACTS": "1" if artefacts else "0"}
+    proc = subprocess.run([sys.executable, "-c", _COMPILE_ONCE, str(horizon)], capture_output=True, text=True, env=env,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["fused"] and out["error"] < 1e-4  # equal to the eager chunk within float rounding
+    return out
+
+
 @needs_compiler
-def test_the_compiled_network_is_cached_across_processes(tmp_path: Path) -> None:
-    """A second start-up loads the compiled graph from inductor's on-disk caches instead of compiling it."""
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
-    runs = []
-    for _ in range(2):
-        proc = subprocess.run([sys.executable, "-c", _COMPILE_ONCE], capture_output=True, text=True, env=env, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    first, second = runs
-    assert first["fused"] and second["fused"]
+def test_a_second_start_loads_the_compiled_network_from_its_artefact(tmp_path: Path) -> None:
+    """A second process loads the ahead-of-time compiled network (no tracing, no compiling) and gives the very
+    same chunk; another configuration in the same folder loads nothing and compiles its own."""
+    first, second = (_start(tmp_path, TINY.action_horizon, True) for _ in range(2))
+    assert first["aot"].get("compiled", 0) >= 1 and not first["aot"].get("loaded")
+    assert second["aot"].get("loaded", 0) >= 1 and not second["aot"].get("compiled") and not second["aot"].get("failed")
+    assert second["chunk"] == first["chunk"]
+    other = _start(tmp_path, TINY.action_horizon + 2, True)
+    assert other["aot"].get("compiled", 0) >= 1 and not other["aot"].get("loaded")
+
+
+@needs_compiler
+def test_without_artefacts_the_network_comes_from_inductors_caches(tmp_path: Path) -> None:
+    """``OXYGEN_ROS_AOT_ARTEFACTS=0`` (or an artefact that cannot be made): Dynamo traces again and inductor's
+    FX graph and AOTAutograd caches serve the compiled graph."""
+    first, second = (_start(tmp_path, TINY.action_horizon, False) for _ in range(2))
+    assert not first["aot"] and not second["aot"]
     assert first["fx"].get("fxgraph_cache_miss", 0) >= 1 and not first["fx"].get("fxgraph_cache_bypass")
     assert second["fx"].get("fxgraph_cache_hit", 0) >= 1 and not second["fx"].get("fxgraph_cache_miss")
-    assert second["aot"].get("autograd_cache_hit", 0) >= 1
+    assert second["chunk"] == first["chunk"]
 
 
 @needs_compiler

@@ -16,6 +16,7 @@ from engine_fixtures import make_frame, model_with_norms
 from oxygen_ros.engine import Engine
 from oxygen_ros.model import compiled
 from oxygen_ros.model.compiled import FusedActionSampler, compiler_available
+from oxygen_ros.model.compiled_aot import COUNTERS
 from oxygen_ros.model.compiled_prefill import EAGER_FUNCTIONS, FusedPrefill, make_prefiller
 from oxygen_ros.model.config import TINY
 from oxygen_ros.model.layers import attend, dot_product_attention
@@ -81,12 +82,14 @@ def test_other_prompt_lengths_and_camera_counts_do_not_recompile(fused: dict[str
     prefiller = fused["causal_text"]
     model = prefiller.model
     graphs, compiles = counters["stats"]["unique_graphs"], counters["inductor"]["fxgraph_cache_miss"]
+    variants = counters[COUNTERS]["compiled"]
     with torch._dynamo.config.patch(error_on_recompile=True):
         for slots, n, seed in (([True, True, True], 23, 2), ([False, True, False], 2, 3), ([True, True, False], 57, 4)):
             obs = observation(slots, n, seed)
             assert_same_prefix(run(prefiller, model, obs), run(model.prefill, model, obs))
     assert counters["stats"]["unique_graphs"] == graphs
     assert counters["inductor"]["fxgraph_cache_miss"] == compiles
+    assert counters[COUNTERS]["compiled"] == variants  # no new ahead-of-time variant either
     assert prefiller.fused, prefiller.failure
 
 
@@ -95,11 +98,11 @@ def test_no_camera_or_a_one_token_prompt_runs_eager_without_compiling(fused: dic
     """Sizes 0 and 1 are specialized by Dynamo: such frames take the eager network instead of a new graph."""
     prefiller = fused["bidirectional"]
     model = prefiller.model
-    graphs = counters["stats"]["unique_graphs"]
+    graphs, variants = counters["stats"]["unique_graphs"], counters[COUNTERS]["compiled"]
     with torch._dynamo.config.patch(error_on_recompile=True):
         for obs in (observation([False, False, False], 9), observation([True, False, False], 1)):
             assert_same_prefix(run(prefiller, model, obs), run(model.prefill, model, obs))
-    assert counters["stats"]["unique_graphs"] == graphs and prefiller.fused
+    assert counters["stats"]["unique_graphs"] == graphs and counters[COUNTERS]["compiled"] == variants and prefiller.fused
 
 
 @needs_compiler
@@ -157,6 +160,7 @@ def test_a_batch_through_the_fused_prefill_equals_each_frames_own_prefill(fused:
     assert prefiller.batch_compile_s and prefiller.batch_compile_s > 0
     model, b = prefiller.model, TINY.backbone
     graphs, compiles = counters["stats"]["unique_graphs"], counters["inductor"]["fxgraph_cache_miss"]
+    variants = counters[COUNTERS]["compiled"]
     with torch._dynamo.config.patch(error_on_recompile=True):
         for fleet in FLEETS:
             frames = [observation(list(slots), n, seed) for seed, (slots, n) in enumerate(fleet)]
@@ -167,6 +171,7 @@ def test_a_batch_through_the_fused_prefill_equals_each_frames_own_prefill(fused:
                 assert_same_prefix((out, k, v), run(model.prefill, model, obs))
     assert counters["stats"]["unique_graphs"] == graphs
     assert counters["inductor"]["fxgraph_cache_miss"] == compiles
+    assert counters[COUNTERS]["compiled"] == variants  # no new ahead-of-time variant either
     assert prefiller.fused, prefiller.failure
 
 

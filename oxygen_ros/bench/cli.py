@@ -76,7 +76,7 @@ def _startup(args: argparse.Namespace, workload: Workload, machine: dict, argv: 
     header = (f"oxygen-bench --startup: preset {args.preset}, {args.device}, {workload.dtype}, actions {args.actions}, "
               f"prefill {args.prefill}\nmachine: {describe(machine)}")
     print(header, file=sys.stderr, flush=True)
-    result = startup.run(workload, args.threads)
+    result = startup.run(workload, args.threads, args.compare_caches)
     return _report(args, workload, machine, argv, result, startup.format_startup(result, header), "startup")
 
 
@@ -132,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--startup", action="store_true",
                         help="instead: seconds from process start to the first chunk, cold (empty inductor cache) and "
                         "warm (a second start on the cache the first wrote), each in a fresh process")
+    parser.add_argument("--compare-caches", action="store_true",
+                        help="with --startup: also cold and warm with the ahead-of-time artefacts off (inductor's "
+                        "caches alone) and a warm start from torch's MegaCache bundle (3 more processes)")
     parser.add_argument("--out", type=Path, help="write results.json, table.txt and PNG plots here")
     fleet.add_arguments(parser)
     args = parser.parse_args(argv)

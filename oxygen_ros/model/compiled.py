@@ -10,9 +10,11 @@ product (AOTAutograd), at start-up (``warm_up_rtc``) like the plain chunk.
 
 * Compilation happens in :meth:`FusedActionSampler.warm_up` (start-up, with a progress line), never on the
   control path. The prefix length is a dynamic dimension, so one compilation serves every prompt length.
-* The weights stay inputs of the compiled graph, not frozen constants: inductor's graph caches (FX graph
-  and AOTAutograd, on disk under ``TORCHINDUCTOR_CACHE_DIR``, by default ``~/.cache/oxygen_ros/inductor``)
-  then hold the whole compiled network, and a later start-up only traces and loads it. Frozen weights
+* Every compiled function is saved ahead of time (``compiled_aot``: Dynamo's output with its guards and the
+  compiled code, keyed by model configuration, source, torch version and machine) under
+  ``TORCHINDUCTOR_CACHE_DIR`` (by default ``~/.cache/oxygen_ros/inductor``): a later start-up loads it without
+  tracing. The weights stay inputs of the compiled graph, not frozen constants, so the artefact and inductor's
+  own graph caches (FX graph and AOTAutograd, the fallback) hold the whole compiled network. Frozen weights
   (``freezing``) packed for MKL are not picklable, so inductor refused to cache such a graph and every start
   compiled from scratch; freezing gave no measurable speed-up of the chunk here (README, Performance).
 * If compiling fails (no C++ compiler, an unsupported op), one warning is logged and the eager network is
@@ -32,7 +34,9 @@ from typing import Protocol
 
 import torch
 from torch import Tensor
+from torch._dynamo.utils import counters
 
+from .compiled_aot import COUNTERS, AotCompiledFunction
 from .rtc import sample_actions_rtc
 from .vla import Pi05Model, VelocityFn
 
@@ -96,11 +100,14 @@ class CompiledPath:
     def _build(self):  # noqa: ANN202 - what the subclass compiles (lazily: compiling happens on the first call)
         raise NotImplementedError
 
-    def compile(self, fn: Callable) -> Callable:
+    def compile(self, name: str, fn: Callable, *leading: object) -> Callable:
+        """``fn`` compiled, called with ``leading`` (the model, where ``fn`` takes it) before the caller's
+        arguments; a later start loads it from its ahead-of-time artefact (``compiled_aot``)."""
         # On a CPU, inductor's C++ wrapper calls the ~400 kernels and matrix products of one network
         # evaluation from C++ instead of generated Python (measured: the chunk 126 → 113 ms, bench preset).
         options = {"cpp_wrapper": True} if self.model.device.type == "cpu" else None
-        return torch.compile(fn, fullgraph=True, dynamic=False, options=options)
+        key = {"config": repr(self.model.config), "dtype": str(self.model.dtype), "device": self.model.device.type}
+        return AotCompiledFunction(name, fn, leading, options, key)
 
     @property
     def fused(self) -> bool:
@@ -119,14 +126,18 @@ class CompiledPath:
         if self._compiled is None:
             return 0.0
         label = what or self.what
-        self.progress(f"{label}: compiling (once; cached for later runs) ...")
+        self.progress(f"{label}: compiling, or loading what an earlier start compiled ...")
+        aot = dict(counters[COUNTERS])
         t0 = time.perf_counter()
         calls()
         seconds = time.perf_counter() - t0
         if what is None:
             self.compile_s = seconds
         if self.fused:
-            self.progress(f"{label}: compiled in {seconds:.1f} s")
+            compiled, loaded = (counters[COUNTERS][k] - aot.get(k, 0) for k in ("compiled", "loaded"))
+            how = f"loaded in {seconds:.1f} s (compiled by an earlier start)" if loaded and not compiled else \
+                f"compiled in {seconds:.1f} s (saved for later starts)"
+            self.progress(f"{label}: {how}")
         return seconds
 
 
@@ -134,6 +145,12 @@ class CompiledPath:
 # of their attribute dicts changed (measured: 772 → 280 µs per network call).
 def fast_guards():  # noqa: ANN201 - a context manager
     return torch._dynamo.config.patch(use_recursive_dict_tags_for_guards=True)
+
+
+def expert_network(model: Pi05Model, *args: Tensor | None) -> Tensor:
+    """:meth:`Pi05Model.expert_network` with the model as an argument: what is compiled (its weights become
+    graph inputs, and an ahead-of-time artefact holds no module)."""
+    return model.expert_network(*args)
 
 
 class FusedActionSampler(CompiledPath):
@@ -149,12 +166,12 @@ class FusedActionSampler(CompiledPath):
         if self._compiled is not None:
             # A batch of chunks (several robots) is a graph of its own, compiled on first use: batch size and
             # prefix length are dynamic there, so one compilation serves every number of robots from 2 up.
-            self._compiled_batch = self.compile(model.expert_network)
+            self._compiled_batch = self.compile("action chunk batch", expert_network, model)
             # Real-time chunking differentiates the network: a forward that saves for backward, and the backward.
-            self._compiled_rtc = self.compile(model.expert_network)
+            self._compiled_rtc = self.compile("real-time chunking", expert_network, model)
 
     def _build(self) -> VelocityFn:
-        return self.compile(self.model.expert_network)
+        return self.compile("action chunk", expert_network, self.model)
 
     def _fail(self, reason: str | BaseException) -> None:
         self._compiled_batch = None

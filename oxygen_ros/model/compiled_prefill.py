@@ -92,7 +92,7 @@ class FusedPrefill(CompiledPath):
         )
 
     def _build(self) -> dict[str, Callable]:
-        return {kind: self.compile(fn) for kind, fn in EAGER_FUNCTIONS.items()}
+        return {kind: self.compile(f"prefill {kind}", fn) for kind, fn in EAGER_FUNCTIONS.items()}
 
     def _run(self, kind: str, *args):  # noqa: ANN002, ANN202
         if self._compiled is not None:
