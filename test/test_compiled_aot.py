@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -76,7 +77,8 @@ def test_another_configuration_or_torch_names_another_artefact(tmp_path: Path, m
     assert artefact_key(name="x", config="a") != base
 
 
-@pytest.mark.parametrize("damage", ["flipped byte", "truncated", "valid checksum, not a pickle"])
+@pytest.mark.parametrize("damage", ["flipped byte", "truncated", "valid checksum, not a pickle",
+                                    "a variant that does not load"])
 def test_a_corrupt_artefact_is_logged_and_rebuilt(tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture) -> None:
     model = make_model()
     first = compiled(tmp_path, model)
@@ -89,15 +91,17 @@ def test_a_corrupt_artefact_is_logged_and_rebuilt(tmp_path: Path, damage: str, c
     elif damage == "truncated":
         data = data[: len(data) // 3]
     else:
-        data = bytearray(MAGIC + hashlib.sha256(b"not a pickle").digest() + b"not a pickle")
+        payload = b"not a pickle" if damage.startswith("valid") else pickle.dumps([b"not a compiled function"])
+        data = bytearray(MAGIC + hashlib.sha256(payload).digest() + payload)
     path.write_bytes(bytes(data))
     compiled_before = count("compiled")
     with caplog.at_level(logging.WARNING):
         again = compiled(tmp_path, model)
         torch.testing.assert_close(call(again, 6), expected)
     assert count("compiled") == compiled_before + 1
-    assert any(("corrupt" in r.message or "unreadable" in r.message) and str(path) in r.message for r in caplog.records)
-    assert len(again._file.read()) == 1  # rewritten: valid again
+    words = ("corrupt", "unreadable", "did not load")
+    assert any(any(w in r.getMessage() for w in words) and str(path) in r.getMessage() for r in caplog.records)
+    assert len(again._file.read()) == 1  # rewritten: valid again, the unloadable variant dropped
 
 
 def test_a_shape_no_variant_accepts_adds_a_variant_to_the_file(tmp_path: Path) -> None:

@@ -62,6 +62,11 @@ def _accepts(variant: AOTCompiledFunction, args: tuple) -> bool:
             tensor.__dict__.update(marks)
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+
+
 class AotCompiledFunction:
     """``fn`` compiled by inductor (``torch.compile(fullgraph=True, dynamic=False)``, dynamic dimensions from
     ``mark_dynamic`` on the arguments) whose compiled variants are saved to and loaded from one artefact file.
@@ -75,7 +80,8 @@ class AotCompiledFunction:
         key = artefact_key(name=name, function=f"{fn.__module__}.{fn.__qualname__}", options=options, **key_parts)
         self._file: ArtefactFile | None = ArtefactFile(name, key, folder) if artefacts_enabled() else None
         self._variants: list[AOTCompiledFunction] = []
-        self._stored = 0  # how many of the file's variants are in _variants
+        self._stored = 0  # how many of the file's variants were looked at (loaded or unloadable)
+        self._unloadable: set[bytes] = set()  # stored variants that did not load: dropped at the next save
         self._lock = threading.Lock()
 
     @property
@@ -113,15 +119,15 @@ class AotCompiledFunction:
             try:
                 variant = AOTCompiledFunction.deserialize(data)
             except Exception as exc:  # noqa: BLE001 - a variant from another torch build, a damaged pickle ...
-                log.warning("%s: a compiled variant in %s did not load (%s: %s); compiling again", self.name,
-                            self._file.path, type(exc).__name__, exc)
+                log.warning("%s: a compiled variant in %s did not load (%s); compiling again, and the next save "
+                            "drops it", self.name, self._file.path, _first_line(exc))
                 counters[COUNTERS]["failed"] += 1
+                self._unloadable.add(data)
                 continue
             self._variants.append(variant)
             counters[COUNTERS]["loaded"] += 1
             if found is None and _accepts(variant, args):
                 found = variant
-
         self._stored = len(stored)
         return found
 
@@ -131,14 +137,14 @@ class AotCompiledFunction:
             variant = self._lazy.aot_compile((args, {}))
             data = AOTCompiledFunction.serialize(variant).serialized_data
         except Exception as exc:  # noqa: BLE001 - an op or backend without serializable output: plain compile
-            log.warning("%s: ahead-of-time compiling failed (%s: %s); compiling through inductor's caches "
-                        "instead (slower start-up, same results)", self.name, type(exc).__name__, exc)
+            log.warning("%s: ahead-of-time compiling failed (%s); compiling through inductor's caches "
+                        "instead (slower start-up, same results)", self.name, _first_line(exc))
             counters[COUNTERS]["failed"] += 1
             self._file = None
             return None
         self._variants.append(variant)
         counters[COUNTERS]["compiled"] += 1
-        stored = self._file.read()
+        stored = [d for d in self._file.read() if d not in self._unloadable]
         try:
             self._file.write([*stored, data])
             self._stored = len(stored) + 1
