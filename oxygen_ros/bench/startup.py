@@ -103,7 +103,7 @@ def run(workload: Workload, threads: int, compare: bool = False) -> dict:
 
 def format_startup(result: dict, header: str) -> str:
     names = [start.name for start in starts(True) if start.name in result]
-    width = max(len(n) for n in names)
+    width = max(len(n) for n in ["start", *names])
     lines = [header, "", "start-up to the first chunk (one fresh process each; seconds):",
              f"{'start':>{width}} | {'first chunk':>11} | {'imports':>7} | {'model':>5} | {'chunk compile':>13} | "
              f"{'prefill compile':>15} | {'first tick':>10}"]
