@@ -110,15 +110,18 @@ def aloha_config(**changes: object):  # noqa: ANN201
     return dataclasses.replace(base, **changes)
 
 
-def test_targets_and_statistics_are_in_pis_space(tmp_path: Path) -> None:
-    """openpi's AlohaInputs: the state flipped and its grippers as pi's angle, the arm joints of a chunk relative
-    to that state; unnormalized and sent back through AlohaOutputs they are the expert's chunk again."""
-    cfg = aloha_config()
+@pytest.mark.parametrize("absolute", [True, False], ids=["absolute-as-the-recipe", "relative-arms"])
+def test_targets_and_statistics_are_in_pis_space(tmp_path: Path, absolute: bool) -> None:
+    """openpi's AlohaInputs: the state flipped and its grippers as pi's angle, the chunk's joints absolute (the
+    recipe, as openpi's pi0_aloha_sim) or the arms' relative to that state (--no-absolute-actions, as its
+    real-robot ALOHA recipes); unnormalized and sent back through AlohaOutputs they are the expert's chunk again."""
+    cfg = aloha_config(delta_actions=not absolute)
+    assert cfg.delta_mask(14) == ([] if absolute else list(ALOHA_DELTA_MASK))
     source, _, vocabulary = sources("aloha_transfer_cube", False)
     runtime, data, stats = prepare(cfg, source, tmp_path, vocabulary)
     assert runtime.adapter.name == "aloha" and cfg.text_task_names() == ["language", "memory", ASK_TASK]
     sample = next(source(cfg.seed * 100, 50, cfg.control_period_s, TINY_ALOHA.vision.image_size))
-    adapter, mask = make_adapter("aloha"), np.array(ALOHA_DELTA_MASK)
+    adapter, mask = make_adapter("aloha"), np.array(cfg.delta_mask(14) or [False] * 14)
     model_state = adapter.state_in(sample.state)
     assert not np.allclose(model_state, sample.state)  # the flips and the gripper conversion did something
     restored = runtime.normalizer.unnormalize_actions(data.actions[0].numpy()) + np.where(mask, model_state, 0.0)
@@ -131,7 +134,7 @@ def test_a_trained_checkpoint_is_served_through_the_aloha_embodiment(tmp_path: P
     source, _, vocabulary = sources("aloha_transfer_cube", False)
     train(cfg, source, tmp_path, vocabulary, progress=False)
     assert (tmp_path / "assets" / "trossen" / "norm_stats.json").exists()
-    assert json.loads((tmp_path / "config.json").read_text())["delta_action_mask"] == list(ALOHA_DELTA_MASK)
+    assert json.loads((tmp_path / "config.json").read_text()).get("delta_action_mask") is None  # absolute actions
     runtime = PolicyRuntime.load(RuntimeConfig(
         checkpoint=str(tmp_path), tokenizer=str(tmp_path / "tokenizer.model"), embodiment="auto", tokens_per_frame=2,
         n_action_steps=25, replan="n_action_steps"))  # fmt: skip

@@ -63,7 +63,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default=d.dtype, help="dtype of the stored weights")
     p.add_argument("--threads", type=int, default=d.threads, help="torch CPU threads (0 = torch's default)")
     p.add_argument("--save-every", type=int, default=0, help="also write the checkpoint every N steps (0 = at the end)")
-    p.add_argument("--absolute-actions", action="store_true", help="train on absolute joint targets (default: arm joints relative to the state)")
+    p.add_argument("--absolute-actions", action=argparse.BooleanOptionalAction, default=not d.delta_actions,
+                   help="train on absolute joint targets; --no-absolute-actions: joints relative to the state (the "
+                   "environment's relative dims: all but the gripper, or the arms' for ALOHA; default: %(default)s)")
     p.add_argument("--dagger-rounds", type=int, default=d.dagger_rounds,
                    help="rounds of on-policy episodes labelled by the expert after --steps (0 = behaviour cloning only; default %(default)s)")
     p.add_argument("--dagger-episodes", type=int, default=d.dagger_episodes, help="policy episodes per round (default %(default)s)")

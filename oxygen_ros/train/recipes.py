@@ -4,8 +4,11 @@ sample source, the on-policy source of the DAgger rounds and the tokenizer's ext
 * ``table_top``: the package's own pick task (``oxygen_ros/sim``; ``models/demo``; docs/training.md).
 * ``aloha_transfer_cube``: the MuJoCo ALOHA's cube hand-over (``oxygen_ros/sim/aloha``; ``models/aloha``) in
   openpi's ALOHA layout: the data in ALOHA's dataset space go through the ``aloha`` embodiment's input
-  transforms (joint flips, the gripper as pi's angle) with openpi's relative arm joints, so the checkpoint is
-  served through ``config/robots/aloha.yaml``'s adapter and conversions as a real fine-tune is.
+  transforms (joint flips, the gripper as pi's angle), so the checkpoint is served through
+  ``config/robots/aloha.yaml``'s adapter and conversions as a real fine-tune is. Absolute joint targets, as
+  openpi's own recipe for this simulated task (``pi0_aloha_sim``: ``use_delta_joint_actions=False``); its
+  real-robot ALOHA recipes use relative arm joints (``make_bool_mask(6, -1, 6, -1)``), which this policy's
+  closed loop could not hold (docs/training-aloha.md).
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from .trainer import OnPolicySource, SampleSource, TrainConfig
 
 ENVS = ("table_top", "aloha_transfer_cube")
 OUT_DIRS = {"table_top": "models/demo", "aloha_transfer_cube": "models/aloha"}
-# openpi's ALOHA configs: make_bool_mask(6, -1, 6, -1), the arm joints relative, the grippers absolute
+# openpi's real-robot ALOHA configs: make_bool_mask(6, -1, 6, -1), the arm joints relative, the grippers absolute
+# (the ALOHA recipe's relative dims with --no-absolute-actions)
 ALOHA_DELTA_MASK = (True,) * 6 + (False,) + (True,) * 6 + (False,)
 
 
@@ -32,8 +36,9 @@ def recipe(env: str) -> TrainConfig:
         from oxygen_ros.sim.aloha.dataset import CONTROL_PERIOD_S
 
         return TrainConfig(
-            steps=2000, samples=16000, preset="aloha_demo", control_period_s=CONTROL_PERIOD_S, tasks=default_tasks(),
-            variations=False, questions=True, embodiment="aloha", delta_action_mask=ALOHA_DELTA_MASK, asset_id="trossen",
+            steps=3000, samples=16000, preset="aloha_demo", control_period_s=CONTROL_PERIOD_S, tasks=default_tasks(),
+            variations=False, questions=True, embodiment="aloha", delta_actions=False,
+            delta_action_mask=ALOHA_DELTA_MASK, asset_id="trossen",
             grounding_weight=1.0, recognition_weight=0.0, pointing_weight=0.0,
             # DAgger rounds with the re-planning expert (--dagger-rounds N) lowered the closed loop in the one
             # chain measured (docs/training-aloha.md): behaviour cloning alone is the committed recipe
