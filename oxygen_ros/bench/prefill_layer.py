@@ -55,8 +55,10 @@ class OneProductGeGLU(nn.Module):
         return self.down_proj(F.gelu(gate, approximate="tanh") * up)
 
 
-def median_ms_timer(clock: Callable[[], float], repeats: int) -> Callable[[Callable[[], object]], float]:
-    """``fn`` → the median of its timed calls, in ms (``prefix_attention.median_seconds``)."""
+def median_ms_timer(threads: int, repeats: int) -> Callable[[Callable[[], object]], float]:
+    """``fn`` → the median of its timed calls, in ms (``prefix_attention.median_seconds``): one torch thread
+    timed by the thread's CPU time (steadier on a shared machine), more by the wall clock."""
+    clock = time.thread_time if threads == 1 else time.perf_counter
     return lambda fn: 1e3 * median_seconds(fn, repeats, clock)
 
 
@@ -82,8 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds over all variants; the median is printed")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    clock = time.thread_time if args.threads == 1 else time.perf_counter
-    median_ms = median_ms_timer(clock, args.repeats)
+    median_ms = median_ms_timer(args.threads, args.repeats)
     dtype = getattr(torch, args.dtype)
     print(f"machine: {describe(machine_info('cpu', None))}; torch threads {args.threads} "
           f"({'thread CPU time' if args.threads == 1 else 'wall'}), {args.dtype}, {CAMERAS} cameras + {PROMPT_TOKENS} tokens")

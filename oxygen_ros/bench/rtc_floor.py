@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 
@@ -40,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    median_ms = median_ms_timer(time.thread_time if args.threads == 1 else time.perf_counter, args.repeats)
+    median_ms = median_ms_timer(args.threads, args.repeats)
     workload = Workload(args.preset, "cpu", args.dtype)
     model = workload.build_model()
     cfg, b = model.config, model.config.backbone
