@@ -192,6 +192,25 @@ def test_deadline_policy_stops_at_the_deadline_and_learns_step_cost() -> None:
     assert clock.now <= 100.0 + 1.0 + 0.1 + 0.04
 
 
+def test_deadline_policy_recovers_from_one_slow_step() -> None:
+    """One step far slower than the rest must not stop text: the slack of the starved calls is banked until a
+    step fits, and that step re-measures the cost."""
+    model = tiny_model(seed=7)
+    engine = Engine(model, [TextTask("language", (5,), 1, 50)], kv_budget_bytes=8 << 20, ignore_eos=True)
+    engine.tick(make_frame(model.config, 0))
+    clock = FakeClock()
+    policy = DeadlinePolicy(StepCostModel(margin=1.0), clock=clock)
+    policy.cost.observe(1, 0.5)  # one outlier: the estimate is now far above any call's slack
+    starved = 0
+    while not policy.run(engine, deadline=clock.now + 0.05):  # 50 ms of slack per call, 40 ms left when read
+        starved += 1
+        assert starved < 20, "text starved"
+    assert 9 <= starved <= 13  # about 0.5 s / 40 ms of banked slack, not forever
+    assert policy.banked_s == 0.0 and policy.cost.predict(1) < 0.5  # the step re-measured the cost
+    assert policy.run(engine, deadline=clock.now + 1.0)  # and steps fit again without banking
+    assert engine.live_requests == 1
+
+
 def test_eos_finishes_a_request() -> None:
     model = tiny_model(seed=8)
     frame = make_frame(model.config, 0)

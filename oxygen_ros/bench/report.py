@@ -115,7 +115,9 @@ def format_table(records: list[dict], parts: dict, header: str, before: list[dic
         lines.append(f"real-time chunking floor: A_rtc = {parts['action_rtc_s'] / parts['action_s']:.2f}x A; their matrix "
                      f"products alone {parts['action_rtc_matmul_s'] / parts['action_matmul_s']:.2f}x "
                      f"({parts['action_rtc_matmul_s'] * 1e3:.1f} against {parts['action_matmul_s'] * 1e3:.1f} ms: the "
-                     f"guided chunk's forward and input-gradient products against the plain chunk's, same rounds)")
+                     f"guided chunk's forward and input-gradient products against the plain chunk's, same rounds"
+                     + (f"; {parts['action_rtc_matmul_gflop']:.2f} against {parts['action_matmul_gflop']:.2f} GFLOP"
+                        if "action_matmul_gflop" in parts else "") + ")")
     lines.append("")
     cols = f"{'mode':<12}{'N':>4}{'k':>4}{'frame ms':>10}{'action Hz':>11}{'tok/s':>9}{'peak MB':>9}"
     cols += f"{'xseq act':>10}{'xseq tok':>10}{'/act-only':>10}{'eff':>6}"

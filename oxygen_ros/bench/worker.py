@@ -123,6 +123,8 @@ class PartsProbe:
             "action_rtc_eager_s": statistics.median(self.action_rtc_eager),
             "action_matmul_s": statistics.median(self.chunk_matmul),
             "action_rtc_matmul_s": statistics.median(self.rtc_matmul),
+            "action_matmul_gflop": self.chunk_matmuls.flops / 1e9,
+            "action_rtc_matmul_gflop": self.rtc_matmuls.flops / 1e9,
             "rtc_compile_s": self.runtime.rtc_compile_s,
             "action_fused": self.runtime.fused,
             "action_path": self.runtime.path,

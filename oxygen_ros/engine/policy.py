@@ -40,26 +40,40 @@ class StepCostModel:
 
 
 class DeadlinePolicy:
-    """Decode while the next step is predicted to end before ``deadline`` (a ``time.monotonic`` value)."""
+    """Decode while the next step is predicted to end before ``deadline`` (a ``time.monotonic`` value).
+
+    Text never starves for good: a call that runs no step while requests wait banks the slack it had, and the
+    next call may spend the banked time on its first step. Without this, one slow step (a page fault, the
+    other core busy) leaves an estimate above every tick's slack, no step runs to correct it, and every live
+    request (narration, answers over ``~/ask``) waits forever. The banked time is the slack those ticks left
+    unused, so text still gets no more than its share on average.
+    """
 
     def __init__(self, cost: StepCostModel | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.cost = cost or StepCostModel()
         self.clock = clock
+        self.banked_s = 0.0  # slack of the calls since the last step that could not fit one
 
     def run(self, engine: Engine, deadline: float, max_steps: int = 1_000) -> list[TextEvent]:
         events: list[TextEvent] = []
+        stepped = False
         for _ in range(max_steps):
             batch = engine.live_requests
             if batch == 0:
+                self.banked_s = 0.0
                 break
             now = self.clock()
             predicted = self.cost.predict(batch)
+            end = deadline if stepped else deadline + self.banked_s
             # With no estimate yet, one step is taken if any slack is left, to learn the cost.
-            if now + (predicted or 0.0) > deadline or now >= deadline:
+            if now + (predicted or 0.0) > end or now >= end:
+                if not stepped:
+                    self.banked_s += max(0.0, deadline - now)
                 break
             t0 = self.clock()
             events += engine.decode_step()
             self.cost.observe(batch, self.clock() - t0)
+            stepped, self.banked_s = True, 0.0
         return events
 
 
