@@ -236,6 +236,9 @@ def test_written_out_attention_in_a_compiled_graph_equals_the_fused_kernel(dtype
         reference = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=m, scale=0.25)
         # no less exact than the fused kernel against a float64 reference (float32 scores in both)
         assert (written_out.double() - reference).abs().max() <= 1.5 * (fused_kernel.double() - reference).abs().max() + 1e-6
+    hidden = mask.clone()
+    hidden[0, 0, 5] = False  # a row that sees no key (a padding row) stays finite, it does not turn NaN
+    assert compiled_attention(q, k, v, hidden, 0.25).isfinite().all()
 
 
 def test_eager_backend_is_the_plain_method() -> None:

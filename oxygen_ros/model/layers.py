@@ -170,8 +170,8 @@ def dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, 
     if not (q.device.type == "cpu" and torch.compiler.is_compiling()):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+    if mask is not None:  # the lowest finite score, not -inf: a row with no visible key stays finite, not NaN
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     return torch.matmul(torch.softmax(scores, dim=-1).to(v.dtype), v)
 
 
