@@ -209,6 +209,11 @@ def test_deadline_policy_recovers_from_one_slow_step() -> None:
     assert policy.banked_s == 0.0 and policy.cost.predict(1) < 0.5  # the step re-measured the cost
     assert policy.run(engine, deadline=clock.now + 1.0)  # and steps fit again without banking
     assert engine.live_requests == 1
+    # A few short calls between calls that decode never spend banked time past their deadline.
+    policy.cost.observe(1, 0.5)
+    for _ in range(policy.patience - 1):
+        assert policy.run(engine, deadline=clock.now + 0.05) == []
+    assert policy.run(engine, deadline=clock.now + 1.0) and policy.starved_calls == 0 and policy.banked_s == 0.0
 
 
 def test_eos_finishes_a_request() -> None:

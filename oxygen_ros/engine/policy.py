@@ -42,17 +42,21 @@ class StepCostModel:
 class DeadlinePolicy:
     """Decode while the next step is predicted to end before ``deadline`` (a ``time.monotonic`` value).
 
-    Text never starves for good: a call that runs no step while requests wait banks the slack it had, and the
-    next call may spend the banked time on its first step. Without this, one slow step (a page fault, the
-    other core busy) leaves an estimate above every tick's slack, no step runs to correct it, and every live
-    request (narration, answers over ``~/ask``) waits forever. The banked time is the slack those ticks left
-    unused, so text still gets no more than its share on average.
+    Text never starves for good. Without a guard, one slow step (a page fault, the other core busy) leaves an
+    estimate above every tick's slack, no step runs to correct it, and every live request (narration, answers
+    over ``~/ask``) waits forever. So each call that runs no step while requests wait banks the slack it had;
+    after ``patience`` such calls in a row, a call may spend the banked time on its first step, which may then
+    end past ``deadline`` by at most the banked time and re-measures the cost. A single tick with little slack
+    between ticks that do decode never overruns: the count starts again at every step.
     """
 
-    def __init__(self, cost: StepCostModel | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, cost: StepCostModel | None = None, clock: Callable[[], float] = time.monotonic,
+                 patience: int = 5) -> None:
         self.cost = cost or StepCostModel()
         self.clock = clock
-        self.banked_s = 0.0  # slack of the calls since the last step that could not fit one
+        self.patience = patience
+        self.banked_s = 0.0  # slack of the calls since the last step, none of which could fit one
+        self.starved_calls = 0
 
     def run(self, engine: Engine, deadline: float, max_steps: int = 1_000) -> list[TextEvent]:
         events: list[TextEvent] = []
@@ -60,20 +64,21 @@ class DeadlinePolicy:
         for _ in range(max_steps):
             batch = engine.live_requests
             if batch == 0:
-                self.banked_s = 0.0
+                self.banked_s, self.starved_calls = 0.0, 0
                 break
             now = self.clock()
             predicted = self.cost.predict(batch)
-            end = deadline if stepped else deadline + self.banked_s
+            end = deadline + (self.banked_s if not stepped and self.starved_calls >= self.patience else 0.0)
             # With no estimate yet, one step is taken if any slack is left, to learn the cost.
             if now + (predicted or 0.0) > end or now >= end:
                 if not stepped:
                     self.banked_s += max(0.0, deadline - now)
+                    self.starved_calls += 1
                 break
             t0 = self.clock()
             events += engine.decode_step()
             self.cost.observe(batch, self.clock() - t0)
-            stepped, self.banked_s = True, 0.0
+            stepped, self.banked_s, self.starved_calls = True, 0.0, 0
         return events
 
 
