@@ -8,7 +8,8 @@ from pathlib import Path
 
 import torch
 
-_CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
+from oxygen_ros.cpu_caches import cpu_caches
+
 # The instruction-set features that decide the matrix products' speed and the dtype `auto` picks (bfloat16
 # runs natively only with AVX512-BF16 or AMX): the same code differs several-fold between such CPUs.
 MATRIX_FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
@@ -33,28 +34,6 @@ def cpu_flags() -> set[str]:
     except OSError:
         pass
     return set()
-
-
-def cpu_caches() -> list[dict]:
-    """Each cache level of CPU 0: level, type, size and how many CPUs share it (Linux sysfs; [] elsewhere)."""
-    caches = []
-    for index in sorted(_CACHE_DIR.glob("index[0-9]*")):
-        try:
-            read = lambda name: (index / name).read_text().strip()  # noqa: E731
-            shared = read("shared_cpu_list")
-            caches.append({"level": int(read("level")), "type": read("type"), "size": read("size"),
-                           "shared_by_cpus": _count_cpus(shared)})
-        except (OSError, ValueError):
-            continue
-    return caches
-
-
-def _count_cpus(cpu_list: str) -> int:
-    total = 0
-    for part in cpu_list.split(","):
-        lo, _, hi = part.partition("-")
-        total += int(hi or lo) - int(lo) + 1
-    return total
 
 
 def load_average() -> list[float] | None:

@@ -32,6 +32,7 @@ from oxygen_ros.model.tokenizer import Tokenizer
 from oxygen_ros.model.vla import Pi05Model, PrefixOutput
 
 from .lanes import Lane
+from .prefill_groups import cache_sized_groups, cpu_prefill_rows
 from .questions import ASK_TASK, Question, QuestionRefused
 from .robots import DEFAULT_ROBOT, RobotSlot, new_slot
 from .text_stream import TextStream
@@ -129,6 +130,9 @@ class Engine:
         self._tokens = 0
         self._last = {"prefill": 0.0, "action": 0.0, "decode": 0.0}
         self._last_batch = 0
+        # On a CPU a batched prefill call takes only the frames whose activations fit the cache (prefill_groups).
+        self.prefill_max_rows = (cpu_prefill_rows(self.config, model.dtype, 2 if lanes else 1)
+                                 if model.device.type == "cpu" else None)
 
     # ------------------------------------------------------------------------------------------ robots
     @property
@@ -242,9 +246,14 @@ class Engine:
             pool = self.kv.pool
             names = list(frames)
             outs = {}
-            for group, future in self._split_over_lanes(names, lambda group: batch(
-                    [(frames[n].images, frames[n].image_mask, frames[n].prompt_tokens) for n in group],
-                    [pool.view_k(prefixes[n].extent) for n in group], [pool.view_v(prefixes[n].extent) for n in group])):
+            rows = {n: prefixes[n].length for n in names}
+
+            def run(group: list[str]) -> list[PrefixOutput]:  # one lane's frames, in calls that fit the cache
+                return [out for part in cache_sized_groups(group, rows, self.prefill_max_rows) for out in batch(
+                    [(frames[n].images, frames[n].image_mask, frames[n].prompt_tokens) for n in part],
+                    [pool.view_k(prefixes[n].extent) for n in part], [pool.view_v(prefixes[n].extent) for n in part])]
+
+            for group, future in self._split_over_lanes(names, run):
                 outs.update(zip(group, future.result()))
             for name, prefix in prefixes.items():
                 assert outs[name].length == prefix.length
