@@ -223,11 +223,12 @@ class Engine:
 
     def prefill_many(self, frames: Mapping[str, FrameInput], exact: bool = False
                      ) -> tuple[dict[str, SharedPrefix], dict[str, float]]:
-        """Prefill several robots' frames (by robot name) into their own extents of the pool, in one batched
-        model call: the prefixes right-padded to the longest, each robot's padding hidden from every query, so
-        each robot's KV equals its own :meth:`prefill` up to float rounding.
+        """Prefill several robots' frames (by robot name) into their own extents of the pool, in batched model
+        calls: the prefixes right-padded to the longest, each robot's padding hidden from every query, so each
+        robot's KV equals its own :meth:`prefill` up to float rounding. One call, except on a CPU: a half on each
+        lane, each half in as few calls as fit the last-level cache (``prefill_groups``).
 
-        Returns each robot's prefix (held by the caller) and seconds: the batched call's time, the same for all.
+        Returns each robot's prefix (held by the caller) and seconds: the batched calls' time, the same for all.
         One frame, ``exact`` (bit for bit the one-robot prefill) or a prefiller without a batched form: each
         frame by :meth:`prefill`, each robot its own time. On any failure no prefix stays allocated."""
         for name in frames:
