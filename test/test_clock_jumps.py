@@ -86,7 +86,11 @@ def test_inputs_of_the_other_timeline_are_dropped_and_awaited_without_alarm() ->
     counters = store.counters()
     assert counters["skipped_after_clock_jump"] == 2 and counters["masked_slot"] == 0
     assert counters["dropped_after_clock_jump"] == 1
-    store.put_image(0, image, 999 * NS, 971 * NS)  # after the first observation of the new timeline: taken
+    # The wrist camera, masked in that observation, has sent nothing of the new timeline: a late image of the
+    # old one is still dropped (not taken and then reported stale)
+    store.put_image(1, image, 1000 * NS - NS // 20, 970 * NS + NS // 50)
+    assert store.counters()["dropped_after_clock_jump"] == 2 and store.ages_s(970 * NS)["/wrist"] is None
+    store.put_image(0, image, 999 * NS, 971 * NS)  # the base camera is on the new timeline: whatever follows is taken
     assert store.ages_s(971 * NS)["/base"] == pytest.approx(-28.0)
 
 

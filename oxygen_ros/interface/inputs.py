@@ -12,8 +12,9 @@ naming the reason; an optional camera in that state is a masked slot instead.
 When the clock jumps, `restart` drops the images and joint states received before the jump (their stamps
 belong to the other timeline); until a new one arrives the snapshot fails with the kind "after_clock_jump"
 rather than "stale_*" or "missing_*". Messages of the other timeline still on their way (stamped nearer the
-time before the jump than the time after it) are dropped as they arrive, until the first observation of the new
-timeline. The instruction is kept: it is not tied to a time.
+time before the jump than the time after it) are dropped as they arrive, each input until its first message of the
+new timeline (one topic's messages arrive in order, so none of the old timeline can follow; a camera masked in the
+first observations is still guarded). The instruction is kept: it is not tied to a time.
 """
 
 from __future__ import annotations
@@ -107,14 +108,15 @@ class InputStore:
         self._images: list[_Sample | None] = [None] * len(cameras)
         self._state: _Sample | None = None
         self._instruction: _Sample | None = None
-        self._jump: tuple[int, int] | None = None  # (clock before, clock after) the latest jump, until a snapshot
+        self._jump: tuple[int, int] | None = None  # (clock before, clock after) the latest jump
+        self._unsettled: set[int | str] = set()  # inputs (slots, "state") with no message of the new timeline yet
         # Known counters start at 0 so /diagnostics always shows the same keys.
         self._counters: Counter[str] = Counter({k: 0 for k in KNOWN_COUNTERS})
 
     # ------------------------------------------------------------------------------ receiving
     def put_image(self, slot: int, image: np.ndarray, stamp_ns: int, recv_ns: int, frame_id: str = "") -> str | None:
         """Store a converted HxWx3 image; returns the refusal reason if its size is not the slot's."""
-        if self._from_other_timeline(stamp_ns):
+        if self._from_other_timeline(slot, stamp_ns):
             return None
         width, height = self.sizes[slot]
         h, w = image.shape[:2]
@@ -134,7 +136,7 @@ class InputStore:
         return message
 
     def put_joint_state(self, positions: np.ndarray, stamp_ns: int, recv_ns: int) -> None:
-        if self._from_other_timeline(stamp_ns):
+        if self._from_other_timeline("state", stamp_ns):
             return
         with self._lock:
             self._state = _Sample(np.asarray(positions, dtype=np.float64), None, stamp_ns, recv_ns)
@@ -171,17 +173,22 @@ class InputStore:
         placeholder = _Sample(None, None, 0, 0)
         with self._lock:
             self._jump = (before_ns, after_ns)
+            self._unsettled = {*range(len(self.cameras)), "state"}
             dropped = sum(s is not None and not s.dropped_at_jump for s in (*self._images, self._state))
             self._images = [placeholder if s is not None else None for s in self._images]
             if self._state is not None:
                 self._state = placeholder
         return dropped
 
-    def _from_other_timeline(self, stamp_ns: int) -> bool:
-        """A message stamped before the latest jump that arrives after it (counted, dropped)."""
+    def _from_other_timeline(self, key: int | str, stamp_ns: int) -> bool:
+        """A message stamped before the latest jump that arrives after it (counted, dropped). The input's first
+        message of the new timeline settles it: from then on its messages are taken as they come."""
         with self._lock:
             jump = self._jump
-            if jump is None or stamp_ns <= 0 or abs(stamp_ns - jump[0]) >= abs(stamp_ns - jump[1]):
+            if jump is None or key not in self._unsettled or stamp_ns <= 0:
+                return False
+            if abs(stamp_ns - jump[0]) >= abs(stamp_ns - jump[1]):
+                self._unsettled.discard(key)
                 return False
             self._counters["dropped_after_clock_jump"] += 1
             return True
@@ -196,9 +203,7 @@ class InputStore:
         """The observation for a tick, or ObservationError (counted as "skipped_<kind>")."""
         with self._lock:
             try:
-                observation = self._snapshot(now_ns, max_age_ns, default_instruction)
-                self._jump = None  # the new timeline's inputs are here
-                return observation
+                return self._snapshot(now_ns, max_age_ns, default_instruction)
             except ObservationError as exc:
                 self._counters[f"skipped_{exc.kind}"] += 1
                 raise
