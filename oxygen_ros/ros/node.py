@@ -482,11 +482,12 @@ class OxygenNode(Node):
         if not due:
             return  # the current chunks still run: replanning every n_action_steps steps
         start = time.perf_counter()
+        epoch = self._jump_watch.epoch  # odd, or changed by the snapshot: the clock jumped while it was read
         now_ns = self._now_ns()
         frames: dict[str, Any] = {}
         observations: dict[str, Observation] = {}
         for port in due:
-            got = self._frame_of(port, now_ns)
+            got = self._frame_of(port, now_ns, epoch)
             if got is not None:
                 observations[port.key], frames[port.key] = got
         if not frames:
@@ -522,15 +523,21 @@ class OxygenNode(Node):
                 self._engine_error(port, "action chunk", exc)
             self._publish_events(result.events)  # text of modes that finish it inside the frame
 
-    def _frame_of(self, port: RobotPorts, now_ns: int) -> tuple[Observation, Any] | None:
-        """The robot's observation and model frame now, or None (skipped: the reason is counted and logged)."""
+    def _frame_of(self, port: RobotPorts, now_ns: int, epoch: int) -> tuple[Observation, Any] | None:
+        """The robot's observation and model frame now, or None (skipped: the reason is counted and logged).
+        ``epoch``: the clock-jump epoch taken before ``now_ns`` was read."""
         s = self.settings
         port.diag.tick_started(now_ns)
         port.topic_stats.record_ages(port.store.ages_s(now_ns))
         try:
             obs = port.store.snapshot(now_ns, int(s.max_observation_age_s * 1e9), s.default_instruction)
         except ObservationError as exc:
-            self._skip(port, exc.kind, str(exc))
+            if epoch % 2 or self._jump_watch.epoch != epoch:
+                # The time is of the new timeline, the inputs of the old one (rcl moved the clock before the
+                # jump's restart ran): not a lost input. The next tick sees both of the same timeline.
+                port.diag.tick_waiting(str(exc))
+            else:
+                self._skip(port, exc.kind, str(exc))
             return None
         try:
             frame = self.runtime.make_frame(obs.images, obs.state, obs.instruction, obs.stamp_ns)
