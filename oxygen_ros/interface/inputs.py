@@ -184,10 +184,11 @@ class InputStore:
         """A message stamped before the latest jump that arrives after it (counted, dropped). The input's first
         message of the new timeline settles it: from then on its messages are taken as they come."""
         with self._lock:
-            jump = self._jump
-            if jump is None or key not in self._unsettled or stamp_ns <= 0:
+            if key not in self._unsettled or stamp_ns <= 0:  # no jump yet, or this input is on the new timeline
                 return False
-            if abs(stamp_ns - jump[0]) >= abs(stamp_ns - jump[1]):
+            assert self._jump is not None  # restart set both
+            before, after = self._jump
+            if abs(stamp_ns - before) >= abs(stamp_ns - after):
                 self._unsettled.discard(key)
                 return False
             self._counters["dropped_after_clock_jump"] += 1
