@@ -19,7 +19,8 @@ from oxygen_ros.model.compiled import FusedActionSampler, compiler_available
 from oxygen_ros.model.compiled_aot import COUNTERS
 from oxygen_ros.model.compiled_prefill import EAGER_FUNCTIONS, FusedPrefill, make_prefiller
 from oxygen_ros.model.config import TINY
-from oxygen_ros.model.layers import attend, dot_product_attention
+from oxygen_ros.model.cpu_scores import float32_scores
+from oxygen_ros.model.layers import attend, dot_product_attention, gelu_tanh
 from oxygen_ros.model.prefix_attention import prefix_attention, text_rows_mask
 from oxygen_ros.model.vla import Pi05Model, PrefixOutput
 
@@ -241,6 +242,21 @@ def test_written_out_attention_in_a_compiled_graph_equals_the_fused_kernel(dtype
     assert compiled_attention(q, k, v, hidden, 0.25).isfinite().all()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_written_out_gelu_in_a_compiled_graph_equals_torchs_tanh_gelu(dtype: torch.dtype) -> None:
+    """Compiled for the CPU, ``gelu_tanh`` is x·sigmoid(2u) in float32; eager it is ``F.gelu(tanh)``. The two
+    agree within the dtype's rounding, and the written-out form is no further from float64 than torch's."""
+    x = torch.linspace(-12, 12, 20_001).to(dtype)
+    reference = F.gelu(x.double(), approximate="tanh")
+    eager = gelu_tanh(x)
+    written_out = torch.compile(gelu_tanh, fullgraph=True)(x)
+    assert written_out.dtype == dtype
+    ulp = torch.finfo(dtype).eps
+    torch.testing.assert_close(written_out.float(), eager.float(), rtol=4 * ulp, atol=4 * ulp)  # a few ulps
+    error = lambda y: ((y.double() - reference).abs() / reference.abs().clamp_min(1.0)).max()
+    assert error(written_out) <= error(eager) + 1e-7
+
+
 def test_eager_backend_is_the_plain_method() -> None:
     model = model_with_norms()
     assert make_prefiller(model, "eager") == model.prefill
@@ -304,3 +320,18 @@ def test_a_failing_compiled_call_falls_back_once(name: str, caplog: pytest.LogCa
     assert len(calls) == 1 and not fused.fused and "C++ compile error" in (fused.failure or "")
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "long details" not in warnings[0]
+
+
+def test_float32_scores_equal_the_float64_product_for_every_leading_shape() -> None:
+    """``cpu_scores.float32_scores``: bfloat16 q, k → float32 scores as exact as torch's float32 product, for
+    one leading index (returned as oneDNN gives it), several, and keys broadcast over the queries' heads."""
+    g = torch.Generator().manual_seed(0)
+    for q_shape, k_shape in (((1, 1, 40, 16), (1, 1, 24, 16)), ((2, 3, 40, 16), (2, 3, 24, 16)),
+                             ((2, 3, 40, 16), (2, 1, 24, 16)), ((40, 16), (24, 16))):
+        q = (3 * torch.randn(q_shape, generator=g)).bfloat16()
+        k = (3 * torch.randn(k_shape, generator=g)).bfloat16()
+        got = float32_scores(q, k)
+        reference = torch.matmul(q.double(), k.double().transpose(-1, -2))
+        assert got.dtype == torch.float32 and got.shape == reference.shape
+        mkl = torch.matmul(q.float(), k.float().transpose(-1, -2))
+        assert (got.double() - reference).abs().max() <= 2 * (mkl.double() - reference).abs().max() + 1e-6

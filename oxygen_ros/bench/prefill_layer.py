@@ -8,7 +8,9 @@ floor (``oxygen-bench`` prints the whole prefill's). Variants, each a ``torch.co
 * ``+freezing``: inductor's freezing path (weights folded in as constants, prepacked for oneDNN, linear
   post-op fusion where it applies). Frozen weights are constants of one layer: the shipped prefill shares one
   graph among all layers of a kind, which freezing would turn into one graph per layer;
-* ``gate+up one product``: the gated MLP's two input projections as one [2·mlp, width] product.
+* ``gate+up one product``: the gated MLP's two input projections as one [2·mlp, width] product;
+* ``torch's tanh GELU``: the MLPs with ``F.gelu(approximate="tanh")``, as compiled before ``layers.gelu_tanh``
+  wrote it out for the CPU.
 
     python -m oxygen_ros.bench.prefill_layer [--preset bench pi05] [--threads 1] [--repeats 15]
 
@@ -28,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from oxygen_ros.model.config import ModelConfig, preset
-from oxygen_ros.model.layers import RotaryEmbedding
+from oxygen_ros.model.layers import RotaryEmbedding, gelu_tanh
 from oxygen_ros.model.mot import ExpertBlock
 from oxygen_ros.model.prefix_attention import text_rows_mask
 from oxygen_ros.model.vision import SiglipBlock, block_on_rows
@@ -52,7 +54,37 @@ class OneProductGeGLU(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         gate, up = F.linear(x, self.gate_up).chunk(2, dim=-1)
-        return self.down_proj(F.gelu(gate, approximate="tanh") * up)
+        return self.down_proj(gelu_tanh(gate) * up)
+
+
+class TorchTanhGeGLU(nn.Module):
+    """``GeGLU`` with torch's own tanh GELU, as compiled before ``gelu_tanh`` was written out for the CPU."""
+
+    def __init__(self, mlp: nn.Module) -> None:
+        super().__init__()
+        self.gate_proj, self.up_proj, self.down_proj = mlp.gate_proj, mlp.up_proj, mlp.down_proj
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
+
+
+class TorchTanhSiglipMLP(nn.Module):
+    """``SiglipMLP`` with torch's own tanh GELU."""
+
+    def __init__(self, mlp: nn.Module) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = mlp.fc1, mlp.fc2
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
+
+
+def with_mlp(block: nn.Module, mlp: nn.Module) -> nn.Module:
+    """A shallow copy of ``block`` with its own module table and ``mlp`` in it (the weights stay shared)."""
+    other = copy.copy(block)
+    other._modules = dict(block._modules)
+    other.mlp = mlp
+    return other
 
 
 def median_ms_timer(threads: int, repeats: int) -> Callable[[Callable[[], object]], float]:
@@ -92,27 +124,27 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.preset:
         torch.manual_seed(0)
         block, vision, inputs, rows = layer_inputs(preset(name), dtype)
-        one_product = copy.copy(block)
-        one_product._modules = dict(block._modules)  # its own module table (the weights stay shared)
-        one_product.mlp = OneProductGeGLU(block.mlp)
+        one_product = with_mlp(block, OneProductGeGLU(block.mlp))
+        torch_tanh = (with_mlp(block, TorchTanhGeGLU(block.mlp)), with_mlp(vision, TorchTanhSiglipMLP(vision.mlp)))
         with torch.inference_mode():
             expected = prefix_layer(block, *inputs)[0].float()
             floors = {"backbone layer": MatmulFloor.capture(lambda: prefix_layer(block, *inputs), rows.device),
                       "vision block": MatmulFloor.capture(lambda: block_on_rows(vision, rows), rows.device)}
             variants: dict[str, dict[str, Callable[[], object]]] = {"backbone layer": {}, "vision block": {}}
-            for label, blk, options in (("compiled", block, compile_cpu),
-                                        ("+freezing", block, {**compile_cpu, "freezing": True}),
-                                        ("gate+up one product", one_product, compile_cpu)):
+            for label, blk, vis, options in (("compiled", block, vision, compile_cpu),
+                                             ("+freezing", block, vision, {**compile_cpu, "freezing": True}),
+                                             ("gate+up one product", one_product, None, compile_cpu),
+                                             ("torch's tanh GELU", *torch_tanh, compile_cpu)):
                 torch._dynamo.reset()  # each variant its own graphs (a frozen graph is tied to its weights)
                 fn = torch.compile(prefix_layer, fullgraph=True, dynamic=False, options=options)
                 got = fn(blk, *inputs)[0].float()
                 err = (got - expected).abs().max().item()
                 variants["backbone layer"][f"{label} (max |diff| vs eager {err:.3g})"] = (
                     lambda fn=fn, blk=blk: fn(blk, *inputs))
-                if blk is block:
+                if vis is not None:
                     vfn = torch.compile(block_on_rows, fullgraph=True, dynamic=False, options=options)
-                    vfn(vision, rows)
-                    variants["vision block"][label] = lambda vfn=vfn: vfn(vision, rows)
+                    vfn(vis, rows)
+                    variants["vision block"][label] = lambda vfn=vfn, vis=vis: vfn(vis, rows)
             variants["backbone layer"]["eager"] = lambda: prefix_layer(block, *inputs)
             variants["vision block"]["eager"] = lambda: block_on_rows(vision, rows)
             for part, fns in variants.items():

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import VisionConfig
-from .layers import dot_product_attention
+from .layers import dot_product_attention, gelu_tanh
 
 
 class SiglipAttention(nn.Module):
@@ -42,7 +42,7 @@ class SiglipMLP(nn.Module):
         self.fc2 = nn.Linear(cfg.mlp_dim, cfg.width)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
+        return self.fc2(gelu_tanh(self.fc1(x)))
 
 
 class SiglipBlock(nn.Module):
