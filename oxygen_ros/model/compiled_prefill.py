@@ -7,7 +7,7 @@ a vision block, a backbone layer, the last backbone layer) fuses that work into 
 layers of a kind share one compiled graph (the weights are its inputs), so compiling takes seconds, not the
 minutes of the whole unrolled network, and the on-disk cache holds three small graphs.
 
-* Compiled once at start-up with the prefix's sizes dynamic: the image patch rows (N·P, N valid cameras) and
+* Compiled once at start-up with the prefix's sizes dynamic: the images (N valid cameras, a vision block on [N, P, W]) and
   the prompt length, so every prompt and camera count reuses the same graphs (tests count recompilations).
   The vision block has a second graph for a single camera (N = 1 is specialized in its attention's batch);
   the warm-up compiles both.
@@ -32,6 +32,7 @@ from torch import Tensor
 
 from .batched_prefill import EAGER_BATCH_LAYERS, BatchLayers, PrefixFrame, prefill_batch
 from .compiled import CompiledPath, fast_guards
+from .vision import SiglipBlock, block_on_images
 from .vla import EAGER_LAYERS, Pi05Model, PrefixLayers, PrefixOutput
 
 PREFILL_BACKENDS = ("eager", "compiled", "auto")
@@ -49,16 +50,21 @@ def _dynamic(x: Tensor, *dims: int) -> Tensor:
     return x
 
 
-def _patch_rows(x: Tensor) -> Tensor:
-    """A vision block's rows [N·P, W]: dynamic, but a single image (N = 1, a size Dynamo specializes in the
-    attention's batch) gets a graph of its own; the warm-up compiles both."""
+def _images(x: Tensor) -> Tensor:
+    """A vision block's input [N, P, W]: N dynamic, but a single image (N = 1, a size Dynamo specializes in)
+    gets a graph of its own; the warm-up compiles both."""
     torch._dynamo.maybe_mark_dynamic(x, 0)
     return x
 
 
+def _vision_rows(run: Callable[[str, SiglipBlock, Tensor], Tensor]) -> Callable[[SiglipBlock, Tensor], Tensor]:
+    """The vision layer on patch rows [N·P, W] through ``run``'s image form (``vision.block_on_images``)."""
+    return lambda block, x: run("vision", block, _images(x.view(-1, block.num_patches, x.shape[-1]))).view(x.shape)
+
+
 # Every layer function by name: the one-frame layers (``vla.PrefixLayers``) and the batched ones.
 EAGER_FUNCTIONS: dict[str, Callable] = {
-    "vision": EAGER_LAYERS.vision, "backbone": EAGER_LAYERS.backbone, "last": EAGER_LAYERS.last,
+    "vision": block_on_images, "backbone": EAGER_LAYERS.backbone, "last": EAGER_LAYERS.last,
     "batch_backbone": EAGER_BATCH_LAYERS.backbone, "batch_last": EAGER_BATCH_LAYERS.last,
 }
 
@@ -73,7 +79,7 @@ class FusedPrefill(CompiledPath):
         self.batch_compile_s: float | None = None  # wall time of the batched graphs' warm-up
         # The prefix's sizes are dynamic in every input that carries them; the weights are the graph's inputs.
         self._layers = PrefixLayers(
-            vision=lambda block, x: self._run("vision", block, _patch_rows(x)),
+            vision=_vision_rows(self._run),
             backbone=lambda block, x, cos, sin, mask: self._run(
                 "backbone", block, _dynamic(x, 1), _dynamic(cos, 1), _dynamic(sin, 1),
                 None if mask is None else _dynamic(mask, 0, 1)),

@@ -61,7 +61,16 @@ class SiglipBlock(nn.Module):
 
 def block_on_rows(block: SiglipBlock, x: Tensor) -> Tensor:
     """One block on the patch rows x [N·P, width] of N images (attention within each image)."""
-    return block(x.view(-1, block.num_patches, x.shape[-1])).view(x.shape)
+    return block_on_images(block, x.view(-1, block.num_patches, x.shape[-1])).view(x.shape)
+
+
+def block_on_images(block: SiglipBlock, x: Tensor) -> Tensor:
+    """One block on the patches of N images, x [N, P, width]: the form the prefill compiles, N dynamic.
+
+    Compiled on the rows [N·P, width] instead, the patch count became ``N·P // (N·P // P)`` to inductor, an
+    integer division in every index of the attention's loops: the softmax took 1.6 against 0.28 ms and the
+    block 4.6 against 2.5 ms (bench preset, two images, one thread)."""
+    return block(x)
 
 
 class VisionTower(nn.Module):
