@@ -32,7 +32,7 @@ from oxygen_ros.model.tokenizer import Tokenizer
 from oxygen_ros.model.vla import Pi05Model, PrefixOutput
 
 from .lanes import Lane
-from .prefill_groups import cache_sized_groups, cpu_prefill_rows
+from .prefill_groups import cache_sized_groups, cpu_prefill_budget, prefill_frame_bytes
 from .questions import ASK_TASK, Question, QuestionRefused
 from .robots import DEFAULT_ROBOT, RobotSlot, new_slot
 from .text_stream import TextStream
@@ -131,8 +131,7 @@ class Engine:
         self._last = {"prefill": 0.0, "action": 0.0, "decode": 0.0}
         self._last_batch = 0
         # On a CPU a batched prefill call takes only the frames whose activations fit the cache (prefill_groups).
-        self.prefill_max_rows = (cpu_prefill_rows(self.config, model.dtype, 2 if lanes else 1)
-                                 if model.device.type == "cpu" else None)
+        self.prefill_cache_budget = cpu_prefill_budget(2 if lanes else 1) if model.device.type == "cpu" else None
 
     # ------------------------------------------------------------------------------------------ robots
     @property
@@ -247,10 +246,10 @@ class Engine:
             pool = self.kv.pool
             names = list(frames)
             outs = {}
-            rows = {n: prefixes[n].length for n in names}
+            sizes = {n: prefill_frame_bytes(self.config, self.model.dtype, prefixes[n].length) for n in names}
 
             def run(group: list[str]) -> list[PrefixOutput]:  # one lane's frames, in calls that fit the cache
-                return [out for part in cache_sized_groups(group, rows, self.prefill_max_rows) for out in batch(
+                return [out for part in cache_sized_groups(group, sizes, self.prefill_cache_budget) for out in batch(
                     [(frames[n].images, frames[n].image_mask, frames[n].prompt_tokens) for n in part],
                     [pool.view_k(prefixes[n].extent) for n in part], [pool.view_v(prefixes[n].extent) for n in part])]
 
