@@ -1,23 +1,22 @@
 """Float32 attention scores of bfloat16 queries and keys on a CPU, from oneDNN's float32 matrix product.
 
-torch sends a float32 ``matmul`` to MKL. On AMD CPUs MKL takes a path several times slower than oneDNN's
-AVX-512 one: a backbone layer's scores at the bench preset (4096 x 32 against 525 x 32, one thread, 2-core
-AMD EPYC with AVX512-BF16) take 1.5-1.6 ms in MKL and 0.61-0.65 ms in oneDNN; in the compiled layer, where the
-scores then leave the cache, the attention went from 3.1-3.3 to 2.4-2.5 ms (docs/performance.md, "The prefill
-against its floor"). With both libraries held to AVX2 (``ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2``,
-as on a CPU without AVX-512) oneDNN still took 1.14 ms against MKL's 1.45-1.47 ms. oneDNN's linear is reachable as ``mkldnn::_linear_pointwise`` on plain tensors, but
-inductor lowers that op only for prepacked constant weights (here the "weight" is the keys), so it is wrapped
-in a custom op that inductor calls as it is.
+torch sends a float32 ``matmul`` to MKL, which on this AMD CPU runs about 2.5x slower than oneDNN: a backbone
+layer's scores at the bench preset (4096 x 32 against 525 x 32, one thread, 2-core AMD EPYC with AVX512-BF16)
+take 1.5-1.6 ms in MKL and 0.61-0.65 ms in oneDNN. In the compiled layer, where the scores then leave the
+cache, the attention went from 3.1-3.3 to 2.4-2.5 ms (docs/performance.md, "The prefill against its floor").
+With both libraries held to AVX2 (``ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2``, as on a CPU without
+AVX-512) oneDNN still took 1.14 ms against MKL's 1.45-1.47 ms.
 
-With q and k in bfloat16 each product is exact in float32 and the sums are float32, as in the fused attention
-kernel and the MKL product this replaces.
+oneDNN's linear is reachable as ``mkldnn::_linear_pointwise`` on plain tensors, but inductor lowers that op only
+for prepacked constant weights (here the "weight" is the keys), so it is wrapped in a custom op that inductor
+calls as it is. With q and k in bfloat16 each product is exact in float32 and the sums are float32, as in the
+fused attention kernel and the MKL product this replaces.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
-
 
 ONEDNN = torch.backends.mkldnn.is_available()  # read once: Dynamo does not trace into torch.backends
 

@@ -67,10 +67,10 @@ def gelu_tanh(x: Tensor) -> Tensor:
     """The tanh-approximated GELU of Gemma and SigLIP (``gelu_pytorch_tanh``).
 
     In a graph compiled for the CPU it is written as ``x · sigmoid(2u)``, u = √(2/π)·(x + 0.044715·x³), in
-    float32: the same function (½·(1 + tanh u) = sigmoid(2u)), as close to it in float64 as torch's own
-    float32 tanh form (``test_layers``), and 2.8x faster in inductor's C++ (its vectorized tanh costs far more
-    than its exp; 525 x 2048 bfloat16, one thread: 1.5 against 0.53 ms, docs/performance.md). Eager and CUDA
-    take ``F.gelu``.
+    float32. That is the same function (½·(1 + tanh u) = sigmoid(2u)), no further from a float64 reference
+    than torch's own float32 tanh form (``test_compiled_prefill``), and 2.8x faster in inductor's C++, whose
+    vectorized tanh costs far more than its exp (525 x 2048 bfloat16, one thread: 1.5 against 0.53 ms;
+    docs/performance.md). Eager and CUDA take ``F.gelu``.
     """
     if not (x.device.type == "cpu" and torch.compiler.is_compiling()):
         return F.gelu(x, approximate="tanh")
@@ -179,8 +179,7 @@ def dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, 
 
     In a graph compiled for the CPU it is written out: float32 scores from one matrix product (oneDNN's where
     torch has it: ``cpu_scores``), the scale, mask and softmax that inductor fuses into one loop, and the
-    product with v. At the heads of the bench preset
-    (32 and 64 wide) the CPU's flash-attention kernel runs far below matrix-product speed: a compiled vision
+    product with v. At the heads of the bench preset (32 and 64 wide) the CPU's flash-attention kernel runs far below matrix-product speed: a compiled vision
     block took 2.48 ms written out against 2.88 ms with the kernel (one thread; a backbone layer the same
     either way; docs/performance.md, "The prefill against its floor"). The scores stay float32 as in the fused
     kernel. Eager and CUDA take the fused kernel.
