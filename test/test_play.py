@@ -60,15 +60,24 @@ class Listener:
         self.joints: list[int] = []
         self.instructions: list[str] = []
         self.clock: list[int] = []
-        self.node.create_subscription(Image, "/cam", lambda m: self.images.append(stamp_to_ns(m.header.stamp)), reliable)
-        self.node.create_subscription(JointState, "/joint_states", lambda m: self.joints.append(stamp_to_ns(m.header.stamp)), reliable)
-        self.node.create_subscription(String, INSTRUCTION, lambda m: self.instructions.append(m.data), latched)
-        self.node.create_subscription(Clock, "/clock", lambda m: self.clock.append(stamp_to_ns(m.clock)), reliable)
+        self.subscriptions = [
+            self.node.create_subscription(Image, "/cam", lambda m: self.images.append(stamp_to_ns(m.header.stamp)), reliable),
+            self.node.create_subscription(JointState, "/joint_states", lambda m: self.joints.append(stamp_to_ns(m.header.stamp)), reliable),
+            self.node.create_subscription(String, INSTRUCTION, lambda m: self.instructions.append(m.data), latched),
+            self.node.create_subscription(Clock, "/clock", lambda m: self.clock.append(stamp_to_ns(m.clock)), reliable),
+        ]
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
         self.running = True
         self.thread = threading.Thread(target=self._spin, daemon=True)
         self.thread.start()
+
+    def wait_matched(self, timeout_s: float = 20.0) -> None:
+        """Wait until every subscription has matched a publisher on its own side. The player's wait sees the
+        writer's side only; a reliable reader that matches later misses what left the writer's history."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and any(s.get_publisher_count() == 0 for s in self.subscriptions):
+            time.sleep(0.01)
 
     def _spin(self) -> None:
         while self.running:
@@ -87,7 +96,7 @@ def test_play_publishes_recorded_stamps_and_clock(bag: SimpleNamespace) -> None:
     try:
         options = PlayOptions(rate=2.0, clock_hz=50.0, wait_for_subscribers_s=20.0,
                               remap={"/camera/base/image_raw": "/cam"})  # fmt: skip
-        summary = BagPlayer(bag.path, options).play()
+        summary = BagPlayer(bag.path, options, on_start=listener.wait_matched).play()
         expected_images = bag.stamps["/camera/base/image_raw"]
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and (len(listener.images) < len(expected_images) or not listener.instructions):
