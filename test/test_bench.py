@@ -41,6 +41,10 @@ def test_bench_with_the_compiled_chunk_reports_both_and_the_before_points(tmp_pa
     assert parts["action_rtc_matmul_gflop"] > parts["action_matmul_gflop"] > 0
     assert parts["action_rtc_matmul_s"] > 0 and parts["action_matmul_s"] > 0
     assert "real-time chunking floor: A_rtc" in proc.stdout
+    # the widest decode step beside its products alone, the text head's among them
+    assert parts["decode_matmul_batch"] == max(int(b) for b in parts["decode_s"])
+    assert parts["decode_matmuls"] > 1 and parts["decode_head_matmul_s"] > 0  # the layers' products and the head's
+    assert f"decode floor: D({parts['decode_matmul_batch']})" in proc.stdout
     assert "before/after (same run" in proc.stdout and "before = eager prefill, all else" in proc.stdout
     assert "share of the action_only frame" in proc.stdout and "share of the oxygen N=2 k=1 frame" in proc.stdout
     assert {r["mode"] for r in results["records"]} == {"action_only", "oxygen"}

@@ -118,6 +118,12 @@ def format_table(records: list[dict], parts: dict, header: str, before: list[dic
                      f"guided chunk's forward and input-gradient products against the plain chunk's, same rounds"
                      + (f"; {parts['action_rtc_matmul_gflop']:.2f} against {parts['action_matmul_gflop']:.2f} GFLOP"
                         if "action_matmul_gflop" in parts else "") + ")")
+    if "decode_matmul_s" in parts:
+        b = parts["decode_matmul_batch"]
+        d_b = d[str(b)]
+        lines.append(f"decode floor: D({b}) {d_b * 1e3:.1f} ms = {d_b / parts['decode_matmul_s']:.2f}x its "
+                     f"{parts['decode_matmuls']} matrix products alone ({parts['decode_matmul_s'] * 1e3:.1f} ms, same rounds); "
+                     f"the text head's ({b} rows of logits over the vocabulary) {parts['decode_head_matmul_s'] * 1e3:.1f} ms of them")
     lines.append("")
     cols = f"{'mode':<12}{'N':>4}{'k':>4}{'frame ms':>10}{'action Hz':>11}{'tok/s':>9}{'peak MB':>9}"
     cols += f"{'xseq act':>10}{'xseq tok':>10}{'/act-only':>10}{'eff':>6}"

@@ -80,6 +80,18 @@ class PartsProbe:
             model, pk, pk, noise, guide.target, guide.weights, guide.beta), model.device, grad=True)
         self.chunk_matmul: list[float] = []
         self.rtc_matmul: list[float] = []
+        # The widest decode step's products alone, and of them the text head's (rows x vocabulary logits), the
+        # floor of D beside the chunk. A step replayed from a CUDA graph dispatches nothing: no floor there.
+        self.decode_batch = max(batches, default=0)
+        self.decode_matmuls = self.head_matmuls = None
+        if self.decode_batch:
+            floor = MatmulFloor.capture(self.decoders[self.decode_batch].decode_step, model.device)
+            hidden = torch.zeros(self.decode_batch, b.width, dtype=model.dtype, device=model.device)
+            if floor.count:
+                self.decode_matmuls = floor
+                self.head_matmuls = MatmulFloor.capture(lambda: model.greedy_tokens(hidden), model.device)
+        self.decode_matmul: list[float] = []
+        self.head_matmul: list[float] = []
 
     def sample(self, index: int) -> None:
         noise = self.workload.noise(self.model.config, index)
@@ -107,6 +119,9 @@ class PartsProbe:
             engine.decode_step()
             _sync(self.model.device)
             self.decode[b].append(time.perf_counter() - t0)
+        if self.decode_matmuls and self.head_matmuls:
+            self.decode_matmul.append(self.decode_matmuls.time_once())
+            self.head_matmul.append(self.head_matmuls.time_once())
 
     def result(self) -> dict:
         return {
@@ -130,6 +145,9 @@ class PartsProbe:
             "action_path": self.runtime.path,
             "compile_s": self.runtime.compile_s,
             "decode_s": {str(b): statistics.median(t) for b, t in self.decode.items()},
+            **({"decode_matmul_batch": self.decode_batch, "decode_matmul_s": statistics.median(self.decode_matmul),
+                "decode_matmuls": self.decode_matmuls.count, "decode_head_matmul_s": statistics.median(self.head_matmul)}
+               if self.decode_matmul else {}),
             "prefix_tokens": self.prefix_tokens,
             "params": count_parameters(self.model),
         }
