@@ -143,3 +143,28 @@ def test_startup_times_a_cold_and_a_warm_process(tmp_path: Path) -> None:
         assert result["cold"]["aot_compiled"] > 0 and result["cold"]["aot_loaded"] == 0
         assert result["warm"]["aot_loaded"] > 0 and result["warm"]["aot_compiled"] == 0
     assert "start-up to the first chunk" in proc.stdout and " cold |" in proc.stdout and " warm |" in proc.stdout
+
+
+def _arithmetic_processes() -> list[str]:
+    from oxygen_ros.bench.lane_contention import ARITHMETIC_ONLY
+
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if ARITHMETIC_ONLY in cmdline.read_bytes().decode(errors="replace"):
+                found.append(cmdline.parent.name)
+        except OSError:  # the process ended while we looked
+            pass
+    return found
+
+
+def test_lane_contention_times_the_chunk_alone_and_beside_each_load() -> None:
+    cmd = [sys.executable, "-m", "oxygen_ros.bench.lane_contention", "--preset", "tiny", "--dtype", "float32",
+           "--actions", "eager", "--live", "3", "--rounds", "2", "--samples", "2"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rounds = [line for line in proc.stdout.splitlines() if line.startswith("round ")]
+    assert len(rounds) == 2 and all("A beside decode steps D(3)" in r and "D(3) beside chunks" in r for r in rounds)
+    assert "3 live requests" in proc.stdout and "of 3 requests were live" not in proc.stdout  # they outlast the rounds
+    assert "oxygen could keep at most" in proc.stdout
+    assert _arithmetic_processes() == []  # the load beside the chunk ends with its block
