@@ -168,3 +168,13 @@ def test_lane_contention_times_the_chunk_alone_and_beside_each_load() -> None:
     assert "3 live requests" in proc.stdout and "of 3 requests were live" not in proc.stdout  # they outlast the rounds
     assert "oxygen could keep at most" in proc.stdout
     assert _arithmetic_processes() == []  # the load beside the chunk ends with its block
+
+
+def test_packed_weights_compares_the_decode_products_bit_for_bit() -> None:
+    cmd = [sys.executable, "-m", "oxygen_ros.bench.packed_weights", "--preset", "tiny", "--dtype", "float32",
+           "--rows", "1", "3", "--rounds", "1", "--repeats", "3"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    products = [line.split() for line in proc.stdout.splitlines() if line.strip().startswith(("layer ", "text head"))]
+    assert len(products) == 2 * 8 and all(p[-1] == "True" for p in products)  # 7 layer weights and the head, per row count
+    assert proc.stdout.count("one decode step's products") == 2 and "a packed copy of every decode weight" in proc.stdout
