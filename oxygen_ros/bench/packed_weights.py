@@ -6,7 +6,8 @@ At prefill sizes that cost hides behind hundreds of rows; at decode sizes it can
 product. ``torch.ops.mkldnn._reorder_linear_weight`` does the reorder once (a second copy of the weight, in
 oneDNN's layout), and ``mkldnn._linear_pointwise`` multiplies by it. This tool times both forms for the
 shapes of one decode step of a preset (each product of a backbone layer, and the text head over the whole
-vocabulary), checks that they give the same bits, and prints the memory the packed copies would take.
+vocabulary), says whether they give the same bits (in bfloat16 both forms are oneDNN's; in float32 the plain
+product is MKL's), and prints the memory the packed copies would take.
 
     python -m oxygen_ros.bench.packed_weights [--preset bench] [--rows 1 8 30 80] [--threads 1]
 
