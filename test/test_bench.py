@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from oxygen_ros.bench.report import add_comparisons, interpolate_decode
 from oxygen_ros.bench.machine import MATRIX_FEATURES, cpu_flags
@@ -159,14 +160,20 @@ def _arithmetic_processes() -> list[str]:
 
 
 def test_lane_contention_times_the_chunk_alone_and_beside_each_load() -> None:
-    cmd = [sys.executable, "-m", "oxygen_ros.bench.lane_contention", "--preset", "tiny", "--dtype", "float32",
-           "--actions", "eager", "--live", "3", "--rounds", "2", "--samples", "2"]
+    from oxygen_ros.model.packed_decode import can_pack
+
+    packs = can_pack(torch.zeros(1, dtype=torch.bfloat16))  # bfloat16 on a CPU with oneDNN: both decode weights
+    cmd = [sys.executable, "-m", "oxygen_ros.bench.lane_contention", "--preset", "tiny",
+           "--dtype", "bfloat16" if packs else "float32", "--actions", "eager", "--live", "3", "--rounds", "2",
+           "--samples", "2"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rounds = [line for line in proc.stdout.splitlines() if line.startswith("round ")]
-    assert len(rounds) == 2 and all("A beside decode steps D(3)" in r and "D(3) beside chunks" in r for r in rounds)
+    kinds = ["packed", "plain"] if packs else ["plain"]
+    assert len(rounds) == 2 and all(f"A beside decode steps ({kind} weights)" in r and f"D(3) beside chunks ({kind})" in r
+                                    for r in rounds for kind in kinds)
     assert "3 live requests" in proc.stdout and "of 3 requests were live" not in proc.stdout  # they outlast the rounds
-    assert "oxygen could keep at most" in proc.stdout
+    assert proc.stdout.count("oxygen could keep at most") == len(kinds)
     assert _arithmetic_processes() == []  # the load beside the chunk ends with its block
 
 

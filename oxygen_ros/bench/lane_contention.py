@@ -1,19 +1,20 @@
-"""What the decode lane costs the action chunk beside it.
+"""What the decode lane costs the action chunk beside it, and the chunk the decode lane.
 
 With lanes, ``oxygen`` runs a frame's decode step on its own thread while the action chunk runs on another,
-so its frame is P + max(A', D'): the chunk and the decode step as they run side by side. Where the decode
-step fits inside the chunk, what ``oxygen`` loses against ``action_only`` (P + A) is how much the decode lane
-slows the chunk. This tool times, in one process and through the engine's own lanes:
+so its frame is P + the longer of A' and D': the chunk and the decode step as they run side by side. What
+``oxygen`` loses against ``action_only`` (P + A) is how much longer that is than A alone. This tool times, in
+one process and through the engine's own lanes:
 
 * A alone (the other core idle);
 * A beside a process that keeps the other core busy with integer arithmetic only (next to no memory
   traffic): what sharing the processor costs by itself;
 * A beside back-to-back decode steps of ``--live`` requests (the text head reads every logit's weights at
-  every step): what the decode lane costs;
-* D alone on its lane, and P;
+  every step): what the decode lane costs the chunk;
+* D alone on its lane and beside back-to-back chunks, and P.
 
-and prints the share of ``action_only``'s rate that ``oxygen`` could keep if nothing but that slowdown
-cost it: (P + A) ÷ (P + A beside the decode steps).
+Every decode figure is taken twice on the same requests: with the weights packed for oneDNN (where the
+engine packed them: bfloat16 on a CPU, ``model/packed_decode.py``) and with the plain weights. For each it
+prints the share of ``action_only``'s rate that ``oxygen`` could keep if nothing else cost it.
 
     python -m oxygen_ros.bench.lane_contention [--preset bench] [--live 30] [--rounds 5] [--samples 9]
 """
@@ -140,14 +141,25 @@ def main(argv: list[str] | None = None) -> int:
         return _Repeating(lanes.action, lambda: engine.sample_actions(k, v, noise) is not None)
 
     d_label = f"D({args.live})"
-    plan = {  # label: (what is timed, what runs beside it)
+    # The decode step with the weights packed for oneDNN (the engine's default where it packed them) and with
+    # the plain weights, on the same requests: the packing's effect side by side.
+    weights = ["packed", "plain"] if engine.packed_decode_bytes else ["plain"]
+
+    def with_weights(kind: str, make: Callable[[], float] | Callable[[], _Repeating]):  # noqa: ANN202
+        def run():  # noqa: ANN202
+            engine.packed_decode = kind == "packed"
+            return make()
+        return run
+
+    plan: dict[str, tuple[Callable[[], float], Callable[[], object] | None]] = {  # timed, and what runs beside it
         "A alone": (chunk, None),
         "A beside an arithmetic-only process": (chunk, _ArithmeticProcess),
-        f"A beside decode steps {d_label}": (chunk, beside_decode),
-        f"{d_label} alone": (decode, None),
-        f"{d_label} beside chunks": (decode, beside_chunks),
-        "P": (prefill, None),
     }
+    for kind in weights:
+        plan[f"A beside decode steps ({kind} weights)"] = (chunk, with_weights(kind, beside_decode))
+        plan[f"{d_label} alone ({kind})"] = (with_weights(kind, decode), None)
+        plan[f"{d_label} beside chunks ({kind})"] = (with_weights(kind, decode), beside_chunks)
+    plan["P"] = (prefill, None)
     rounds: dict[str, list[float]] = {label: [] for label in plan}
     try:
         for r in range(args.rounds):
@@ -155,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                 if load is None:
                     rounds[label].append(_median_ms(timed, args.samples))
                 else:
-                    with load():
+                    with load():  # type: ignore[attr-defined]
                         rounds[label].append(_median_ms(timed, args.samples))
             print(f"round {r + 1}: " + "   ".join(f"{label} {times[-1]:.1f} ms" for label, times in rounds.items()),
                   flush=True)
@@ -163,15 +175,20 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         engine.kv.release(prefix)
         loop.runtime.close()
-    ms = [statistics.median(times) for times in rounds.values()]
-    alone, arithmetic, a_beside, d_alone, d_beside, p = ms
+    ms = {label: statistics.median(times) for label, times in rounds.items()}
+    alone, arithmetic, p = ms["A alone"], ms["A beside an arithmetic-only process"], ms["P"]
     print(f"machine: {machine}; preset {args.preset}, {args.dtype}, actions {loop.runtime.path}, {live} live "
-          f"requests, medians of {args.rounds} rounds")
-    print(f"A alone {alone:.1f} ms; beside an arithmetic-only process {arithmetic:.1f} ms ({arithmetic / alone - 1:+.0%}); "
-          f"beside decode steps {a_beside:.1f} ms ({a_beside / alone - 1:+.0%})")
-    print(f"{d_label} alone {d_alone:.1f} ms; beside chunks {d_beside:.1f} ms ({d_beside / d_alone - 1:+.0%}); P {p:.1f} ms")
-    print(f"oxygen could keep at most {(p + alone) / (p + max(a_beside, d_beside)):.0%} of action_only's rate at "
-          f"N = {args.live}, k = 1: (P + A alone) / (P + the longer of A and {d_label}, each beside the other)")
+          f"requests, medians of {args.rounds} rounds; decode weights packed for oneDNN: "
+          f"{engine.packed_decode_bytes / 2**20:.0f} MB")
+    print(f"A alone {alone:.1f} ms; beside an arithmetic-only process {arithmetic:.1f} ms ({arithmetic / alone - 1:+.0%})")
+    for kind in weights:
+        a_beside = ms[f"A beside decode steps ({kind} weights)"]
+        d_alone, d_beside = ms[f"{d_label} alone ({kind})"], ms[f"{d_label} beside chunks ({kind})"]
+        print(f"{kind} decode weights: A beside decode steps {a_beside:.1f} ms ({a_beside / alone - 1:+.0%}); "
+              f"{d_label} alone {d_alone:.1f} ms, beside chunks {d_beside:.1f} ms ({d_beside / d_alone - 1:+.0%}); "
+              f"oxygen could keep at most {(p + alone) / (p + max(a_beside, d_beside)):.0%} of action_only's rate")
+    print(f"P {p:.1f} ms. The ceiling at N = {args.live}, k = 1: (P + A alone) / (P + the longer of A and {d_label}, "
+          "each beside the other)")
     return 0
 
 

@@ -13,6 +13,7 @@ one a one-robot engine gives on the same frame and noise, up to floating-point r
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
@@ -27,6 +28,7 @@ from oxygen_ros.model.batched_prefill import PrefixFrame, prefill_batch
 from oxygen_ros.model.compiled import ActionSampler
 from oxygen_ros.model.compiled_prefill import Prefiller
 from oxygen_ros.model.cuda_graphs import GraphedDecoder
+from oxygen_ros.model.packed_decode import PACK_LIMIT_BYTES, packed_products
 from oxygen_ros.model.rtc import sample_actions_rtc
 from oxygen_ros.model.tokenizer import Tokenizer
 from oxygen_ros.model.vla import Pi05Model, PrefixOutput
@@ -95,6 +97,7 @@ class Engine:
         decode_graphs: bool = False,
         max_questions: int = 32,
         prefiller: Prefiller | None = None,
+        pack_decode_weights: bool | None = None,
     ) -> None:
         self.model = model
         self.sample_actions: ActionSampler = action_sampler or model.sample_actions
@@ -108,9 +111,17 @@ class Engine:
         self.tokenizer = tokenizer
         self.ignore_eos = ignore_eos
         self._settings = dict(kv_budget_bytes=kv_budget_bytes, admission=admission, max_waiting=max_waiting, seed=seed,
-                              decode_graphs=decode_graphs, max_questions=max_questions)
+                              decode_graphs=decode_graphs, max_questions=max_questions,
+                              pack_decode_weights=pack_decode_weights)
         self._action_sampler = action_sampler
         self._prefiller = prefiller
+        # bfloat16 on a CPU: the decode step multiplies by weights packed once for oneDNN (model/packed_decode.py;
+        # None: where the copies fit PACK_LIMIT_BYTES, True: whatever they take, False: never).
+        # ``packed_decode`` may be switched off later (a benchmark compares both on the same requests).
+        self.packed_decode = pack_decode_weights is not False
+        self.packed_decode_bytes = 0
+        if self.packed_decode:
+            self.packed_decode_bytes = model.pack_decode_weights(1 << 62 if pack_decode_weights else PACK_LIMIT_BYTES)
         b = self.config.backbone
         pool = KVPool.from_budget_bytes(kv_budget_bytes, b.depth, b.num_kv_heads, b.head_dim, model.dtype, model.device)
         self.kv = KVCacheManager(pool, self.config.max_prefix_tokens, admission, max_waiting)  # type: ignore[arg-type]
@@ -499,8 +510,9 @@ class Engine:
         pool = self.kv.pool
         next_tokens = self.graphed_decoder.step(plan) if self.graphed_decoder else None
         if next_tokens is None:  # no recorded graph fits (or none are used): the eager step
-            hidden = self.model.extend(plan.tokens, plan, pool.k, pool.v)
-            next_tokens = self.model.greedy_tokens(hidden[plan.last_rows]).tolist()
+            with packed_products() if self.packed_decode else contextlib.nullcontext():  # where the model has them
+                hidden = self.model.extend(plan.tokens, plan, pool.k, pool.v)
+                next_tokens = self.model.greedy_tokens(hidden[plan.last_rows]).tolist()
         commit(running)
         events = [self._accept(r, tok) for r, tok in zip(running, next_tokens)]
         self._decode_steps += 1

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .cpu_scores import ONEDNN, float32_scores
+from .packed_decode import PackedLinear
 
 
 class RMSNorm(nn.Module):
@@ -55,9 +56,9 @@ class GeGLU(nn.Module):
 
     def __init__(self, width: int, mlp_dim: int) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(width, mlp_dim, bias=False)
-        self.up_proj = nn.Linear(width, mlp_dim, bias=False)
-        self.down_proj = nn.Linear(mlp_dim, width, bias=False)
+        self.gate_proj = PackedLinear(width, mlp_dim, bias=False)
+        self.up_proj = PackedLinear(width, mlp_dim, bias=False)
+        self.down_proj = PackedLinear(mlp_dim, width, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.down_proj(gelu_tanh(self.gate_proj(x)) * self.up_proj(x))

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from .config import ExpertConfig
 from .layers import AdaRMSNorm, GeGLU, RMSNorm, apply_rope, attend
+from .packed_decode import PackedLinear
 
 
 # (input norm, post-attention norm) modulations of one block; (None, None) for a plain RMSNorm block.
@@ -23,10 +24,10 @@ class ExpertAttentionProj(nn.Module):
     def __init__(self, cfg: ExpertConfig) -> None:
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        self.q_proj = nn.Linear(cfg.width, cfg.num_heads * cfg.head_dim, bias=False)
-        self.k_proj = nn.Linear(cfg.width, cfg.num_kv_heads * cfg.head_dim, bias=False)
-        self.v_proj = nn.Linear(cfg.width, cfg.num_kv_heads * cfg.head_dim, bias=False)
-        self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.width, bias=False)
+        self.q_proj = PackedLinear(cfg.width, cfg.num_heads * cfg.head_dim, bias=False)
+        self.k_proj = PackedLinear(cfg.width, cfg.num_kv_heads * cfg.head_dim, bias=False)
+        self.v_proj = PackedLinear(cfg.width, cfg.num_kv_heads * cfg.head_dim, bias=False)
+        self.o_proj = PackedLinear(cfg.num_heads * cfg.head_dim, cfg.width, bias=False)
 
     def qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """x [B, S, W] → q [B, S, H, D], k/v [B, S, Hkv, D]."""

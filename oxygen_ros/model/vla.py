@@ -35,6 +35,8 @@ from .layers import (
     sinusoidal_time_embedding,
 )
 from .mot import NO_MODULATION, ExpertBlock, Modulations, MoTLayer
+from .packed_decode import (PACK_LIMIT_BYTES, can_pack, is_packed, linear_bytes, pack_linears, packed_copy, packed_linear,
+                            set_packed)
 from .prefix_attention import last_token_attention, prefix_attention, text_rows_mask
 from .vision import SiglipBlock, VisionTower, block_on_rows
 
@@ -402,6 +404,19 @@ class Pi05Model(nn.Module):
         head = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
         head.weight = nn.Parameter(weight, requires_grad=False)
         self.lm_head = head
+        if is_packed(self) and can_pack(weight):  # packed before: pack the new head instead
+            set_packed(self, weight)
+
+    def pack_decode_weights(self, limit_bytes: int = PACK_LIMIT_BYTES) -> int:
+        """Pack the decode step's weights (every backbone layer's and the text head's) for oneDNN, where the
+        model is bfloat16 on a CPU and the copies take at most ``limit_bytes``; returns the bytes added (0:
+        nothing packed, or packed already). Only products inside ``packed_decode.packed_products`` use them."""
+        experts = [layer.vlm for layer in self.layers]
+        head = self.text_head_weight
+        head_bytes = head.numel() * head.element_size() if can_pack(head) and not is_packed(self) else 0
+        if head_bytes + linear_bytes(experts) > limit_bytes:
+            return 0
+        return pack_linears(experts) + (set_packed(self, head) if head_bytes else 0)
 
     @property
     def text_head_weight(self) -> Tensor:
@@ -409,6 +424,9 @@ class Pi05Model(nn.Module):
 
     def lm_logits(self, hidden: Tensor) -> Tensor:
         """hidden [..., W] → logits [..., vocab] through the text head (the tied embedding unless untied)."""
+        packed = packed_copy(self, hidden)
+        if packed is not None:
+            return packed_linear(hidden.to(self.dtype), packed)
         return F.linear(hidden.to(self.dtype), self.text_head_weight)
 
     @torch.inference_mode()

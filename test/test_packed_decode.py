@@ -1,0 +1,90 @@
+"""The decode step's weights packed for oneDNN: the same text as the plain weights, used only inside the
+decode step, never by a compiled graph, within a memory limit, and a model that packs still copies."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from oxygen_ros.engine import Engine, FrameInput, TextTask
+from oxygen_ros.model.config import preset
+from oxygen_ros.model.packed_decode import PackedLinear, can_pack, is_packed, packed_products, set_packed
+from oxygen_ros.model.vla import Pi05Model
+
+pytestmark = pytest.mark.skipif(not can_pack(torch.zeros(1, dtype=torch.bfloat16)),
+                                reason="needs torch with oneDNN (mkldnn) on the CPU")
+
+
+def bf16_model(seed: int = 0) -> Pi05Model:
+    torch.manual_seed(seed)
+    return Pi05Model(preset("tiny")).to(torch.bfloat16).eval()
+
+
+def frame(config, seed: int) -> FrameInput:  # noqa: ANN001
+    g = torch.Generator().manual_seed(seed)
+    s = config.vision.image_size
+    images = torch.rand(config.num_image_slots, 3, s, s, generator=g) * 2 - 1
+    tokens = torch.randint(4, config.vocab_size, (9,), generator=g)
+    mask = torch.ones(config.num_image_slots, dtype=torch.bool)
+    return FrameInput(images, mask, tokens, stamp_ns=seed, frame_seq=seed)
+
+
+def decoded(pack: bool, steps: int = 6) -> tuple[list[list[int]], Engine]:
+    model = bf16_model()
+    task = TextTask("language", (5, 6, 7), every_n_frames=1, max_tokens=steps + 2)
+    engine = Engine(model, [task], ignore_eos=True, pack_decode_weights=pack)
+    for seed in range(3):  # three frames' requests decode together
+        engine.tick(frame(model.config, seed))
+    for _ in range(steps):
+        engine.decode_step()
+    return [r.generated for r in sorted(engine.kv.running(), key=lambda r: r.id)], engine
+
+
+def test_packed_decode_steps_give_the_plain_steps_tokens() -> None:
+    plain, plain_engine = decoded(pack=False)
+    packed, engine = decoded(pack=True)
+    assert plain_engine.packed_decode_bytes == 0 and engine.packed_decode_bytes > 0
+    assert len(packed) == 3 and all(len(tokens) >= 6 for tokens in packed)
+    assert packed == plain
+
+
+def test_only_products_inside_the_decode_block_take_the_packed_copy() -> None:
+    model = bf16_model()
+    assert model.pack_decode_weights() > 0
+    layer = next(m for m in model.layers[0].vlm.modules() if isinstance(m, PackedLinear))
+    x = torch.randn(3, 1, layer.in_features).to(torch.bfloat16)
+    plain = nn.functional.linear(x, layer.weight, layer.bias)
+    with packed_products():
+        torch.testing.assert_close(layer(x), plain)  # the same product (bit for bit on the CPUs measured)
+    set_packed(layer, torch.zeros_like(layer.weight))  # a copy that gives itself away
+    assert torch.equal(layer(x), plain)  # outside the block: the plain weight
+    with packed_products():
+        assert torch.count_nonzero(layer(x)) == 0  # inside: the packed copy
+        compiled = torch.compile(lambda t: layer(t), backend="eager", fullgraph=True)
+        assert torch.equal(compiled(x), plain)  # a traced graph keeps the plain weight
+
+
+def test_nothing_is_packed_past_the_limit_in_float32_or_when_turned_off() -> None:
+    model = bf16_model()
+    assert model.pack_decode_weights(limit_bytes=1) == 0
+    assert not any(is_packed(m) for m in model.modules())
+    assert Engine(model, pack_decode_weights=False).packed_decode_bytes == 0
+    torch.manual_seed(0)
+    assert Engine(Pi05Model(preset("tiny")).eval()).packed_decode_bytes == 0  # float32: MKL's product, not packed
+    added = Engine(model).packed_decode_bytes
+    assert added > 0 and Engine(model).packed_decode_bytes == 0  # a second engine on the model adds nothing
+
+
+def test_a_packed_model_copies_with_its_state_dict_and_packs_again() -> None:
+    model = bf16_model()
+    keys = set(model.state_dict())
+    assert model.pack_decode_weights() > 0
+    assert set(model.state_dict()) == keys  # the packed copies are no buffers
+    clone = copy.deepcopy(model)  # the packed copies stay with the model: the clone starts unpacked
+    assert sum(is_packed(m) for m in model.modules()) > 1 and not any(is_packed(m) for m in clone.modules())
+    assert clone.pack_decode_weights() > 0
+    for a, b in zip(model.state_dict().values(), clone.state_dict().values()):
+        assert torch.equal(a, b)
