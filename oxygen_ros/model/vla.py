@@ -410,7 +410,9 @@ class Pi05Model(nn.Module):
     def pack_decode_weights(self, limit_bytes: int = PACK_LIMIT_BYTES) -> int:
         """Pack the decode step's weights (every backbone layer's and the text head's) for oneDNN, where the
         model is bfloat16 on a CPU and the copies take at most ``limit_bytes``; returns the bytes added (0:
-        nothing packed, or packed already). Only products inside ``packed_decode.packed_products`` use them."""
+        nothing packed, or packed already). Only products inside ``packed_decode.packed_products`` use them.
+        The copies are taken now and do not follow later changes of the weights: pack once they are final
+        (an ``Engine`` packs at its creation; training keeps float32, which is never packed)."""
         experts = [layer.vlm for layer in self.layers]
         head = self.text_head_weight
         head_bytes = head.numel() * head.element_size() if can_pack(head) and not is_packed(self) else 0
