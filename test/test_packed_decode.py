@@ -88,3 +88,33 @@ def test_a_packed_model_copies_with_its_state_dict_and_packs_again() -> None:
     assert clone.pack_decode_weights() > 0
     for a, b in zip(model.state_dict().values(), clone.state_dict().values()):
         assert torch.equal(a, b)
+
+
+def test_the_decode_floor_records_the_products_the_packed_step_runs() -> None:
+    from oxygen_ros.bench.matmul_floor import MatmulFloor
+
+    floors = {}
+    for pack in (False, True):
+        _, engine = decoded(pack, steps=1)
+        floors[pack] = MatmulFloor.capture(engine.decode_step, torch.device("cpu"))
+    plain, packed = floors[False], floors[True]
+    # the same products either way (the packed layers' as oneDNN products), none of them lost to the recorder
+    assert plain.packed == 0 and packed.packed > 0
+    assert packed.count == plain.count and packed.flops == plain.flops > 0
+    assert packed.time_once() > 0  # the packed weights are packed again for the replay
+
+
+@pytest.mark.parametrize("choice", ["auto", "off"])
+def test_the_runtime_packs_as_its_parameter_says(choice: str, caplog: pytest.LogCaptureFixture) -> None:
+    from oxygen_ros.runtime.config import RuntimeConfig
+    from oxygen_ros.runtime.policy import PolicyRuntime
+
+    config = RuntimeConfig(model_preset="tiny", dtype="bfloat16", kv_budget_mb=16.0, num_threads=1,
+                           pack_decode_weights=choice)
+    with caplog.at_level("INFO", logger="oxygen_ros"):
+        runtime = PolicyRuntime.load(config)
+    packed = runtime.engine.packed_decode_bytes
+    assert (packed > 0) == (choice == "auto")
+    assert ("weights packed for oneDNN" in caplog.text) == (choice == "auto")
+    with pytest.raises(ValueError, match="pack_decode_weights must be one of"):
+        RuntimeConfig(pack_decode_weights="yes").validate()

@@ -1,9 +1,11 @@
 """The floor of a model function on this machine: its matrix products alone, same shapes, dtype and layouts.
 
-``MatmulFloor.capture`` runs one eager call (a prefill; a chunk, plain or guided) under a dispatch mode that
-records every matrix product (``linear``/``matmul`` as inference mode dispatches them, ``mm``/``addmm``/``bmm``
-as autograd does) with its operands' shapes, strides and dtype; ``time_once`` replays them on fresh tensors of
-those layouts, one after the other in the call's order, and returns their summed wall time. In the eager
+``MatmulFloor.capture`` runs one eager call (a prefill; a chunk, plain or guided; a decode step) under a dispatch
+mode that records every matrix product (``linear``/``matmul`` as inference mode dispatches them,
+``mm``/``addmm``/``bmm`` as autograd does, oneDNN's ``_linear_pointwise`` where a decode step multiplies by
+prepacked weights) with its operands' shapes, strides and dtype; ``time_once`` replays them on fresh tensors of
+those layouts (a prepacked weight packed afresh), one after the other in the call's order, and returns their
+summed wall time. In the eager
 prefill these are the products of the weights (the vision tower, the projector, the backbone): its attention
 is a fused kernel of its own and not among them, so P ÷ this time is what the prefill spends beyond its linear
 layers (norms, GELU, RoPE, attention, copies); 1.0 would be a prefill that is nothing but its linear layers.
@@ -18,9 +20,15 @@ from dataclasses import dataclass
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from oxygen_ros.model.packed_decode import pack_weight
+
 # Inference mode hands composite ops (``linear``, ``matmul``) to the recorder whole; autograd decomposes them.
 MATMULS = {torch.ops.aten.linear.default, torch.ops.aten.matmul.default, torch.ops.aten.mm.default,
            torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
+# A product with a weight packed for oneDNN (model/packed_decode.py): x, packed weight, bias, post-op arguments.
+PACKED_LINEAR = torch.ops.mkldnn._linear_pointwise.default if torch.backends.mkldnn.is_available() else None
+if PACKED_LINEAR is not None:
+    MATMULS.add(PACKED_LINEAR)
 
 
 @dataclass(frozen=True)
@@ -28,33 +36,48 @@ class Operand:
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     dtype: torch.dtype
+    packed: bool = False  # a weight in oneDNN's opaque blocked layout
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> "Operand":
+        if t.is_mkldnn:
+            return cls(tuple(t.shape), (), t.dtype, packed=True)
+        return cls(tuple(t.shape), tuple(t.stride()), t.dtype)
 
     def make(self, device: torch.device) -> torch.Tensor:
-        """A tensor of this shape and layout (a transposed weight stays transposed)."""
+        """A tensor of this shape and layout (a transposed weight stays transposed, a packed one is packed)."""
+        if self.packed:
+            return pack_weight(torch.randn(self.shape, device=device).to(self.dtype))
         size = 1 + sum((n - 1) * s for n, s in zip(self.shape, self.stride))
         return torch.randn(size, device=device).to(self.dtype).as_strided(self.shape, self.stride)
+
+
+# A recorded call: the op and its positional arguments, each tensor as its Operand, the rest (None, a post-op
+# name) as given.
+Call = tuple[object, tuple[object, ...]]
 
 
 class _Recorder(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
-        self.calls: list[tuple[object, tuple[Operand, ...]]] = []
+        self.calls: list[Call] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         if func in MATMULS:
-            self.calls.append((func, tuple(Operand(tuple(a.shape), tuple(a.stride()), a.dtype)
-                                           for a in args if isinstance(a, torch.Tensor))))
+            self.calls.append((func, tuple(Operand.of(a) if isinstance(a, torch.Tensor) else a for a in args)))
         return func(*args, **(kwargs or {}))
 
 
 class MatmulFloor:
     """The matrix products of one prefill, replayable alone."""
 
-    def __init__(self, calls: list[tuple[object, tuple[Operand, ...]]], device: torch.device) -> None:
+    def __init__(self, calls: list[Call], device: torch.device) -> None:
         self.device = device
         self.count = len(calls)
-        self.flops = sum(_flops(func, ops) for func, ops in calls)
-        self._calls = [(func, tuple(o.make(device) for o in ops)) for func, ops in calls]
+        self.packed = sum(func is PACKED_LINEAR for func, _ in calls)  # how many multiply by packed weights
+        self.flops = sum(_flops(func, tuple(a for a in args if isinstance(a, Operand))) for func, args in calls)
+        self._calls = [(func, tuple(a.make(device) if isinstance(a, Operand) else a for a in args))
+                       for func, args in calls]
 
     @classmethod
     def capture(cls, prefill: Callable[[], object], device: torch.device, grad: bool = False) -> "MatmulFloor":
@@ -71,17 +94,17 @@ class MatmulFloor:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         t0 = time.perf_counter()
-        for func, tensors in self._calls:
-            func(*tensors)  # type: ignore[operator]
+        for func, args in self._calls:
+            func(*args)  # type: ignore[operator]
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return time.perf_counter() - t0
 
 
 def _flops(func: object, ops: tuple[Operand, ...]) -> int:
-    """2·M·N·K of one product: linear(x [..., K], W [N, K], bias?), addmm(bias, a, b), mm(a, b), bmm(a, b),
-    matmul(a [..., M, K], b [..., K, N]) with broadcast batch dimensions."""
-    if func is torch.ops.aten.linear.default:
+    """2·M·N·K of one product: linear(x [..., K], W [N, K], bias?) and its packed form, addmm(bias, a, b),
+    mm(a, b), bmm(a, b), matmul(a [..., M, K], b [..., K, N]) with broadcast batch dimensions."""
+    if func is torch.ops.aten.linear.default or func is PACKED_LINEAR:
         x, w = ops[0].shape, ops[1].shape
         rows = 1
         for n in x[:-1]:

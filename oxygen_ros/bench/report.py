@@ -121,8 +121,10 @@ def format_table(records: list[dict], parts: dict, header: str, before: list[dic
     if "decode_matmul_s" in parts:
         b = parts["decode_matmul_batch"]
         d_b = d[str(b)]
+        packed = parts.get("decode_matmuls_packed", 0)
+        weights = f"{packed} of them with weights packed for oneDNN, as the step runs them" if packed else "plain weights"
         lines.append(f"decode floor: D({b}) {d_b * 1e3:.1f} ms = {d_b / parts['decode_matmul_s']:.2f}x its "
-                     f"{parts['decode_matmuls']} matrix products alone ({parts['decode_matmul_s'] * 1e3:.1f} ms, same rounds); "
+                     f"{parts['decode_matmuls']} matrix products alone ({weights}; {parts['decode_matmul_s'] * 1e3:.1f} ms, same rounds); "
                      f"the text head's ({b} rows of logits over the vocabulary) {parts['decode_head_matmul_s'] * 1e3:.1f} ms of them")
     lines.append("")
     cols = f"{'mode':<12}{'N':>4}{'k':>4}{'frame ms':>10}{'action Hz':>11}{'tok/s':>9}{'peak MB':>9}"

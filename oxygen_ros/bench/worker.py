@@ -5,6 +5,7 @@ one mode in a process of its own. Progress goes to stderr, the result as one JSO
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -15,6 +16,7 @@ import torch
 
 from oxygen_ros.engine import make_runner
 from oxygen_ros.engine.modes import ParallelRunner
+from oxygen_ros.model.packed_decode import packed_products
 from oxygen_ros.model.rtc import sample_actions_rtc
 from oxygen_ros.model.vla import count_parameters
 from oxygen_ros.engine.allocator import keep_freed_buffers
@@ -81,15 +83,18 @@ class PartsProbe:
         self.chunk_matmul: list[float] = []
         self.rtc_matmul: list[float] = []
         # The widest decode step's products alone, and of them the text head's (rows x vocabulary logits), the
-        # floor of D beside the chunk. A step replayed from a CUDA graph dispatches nothing: no floor there.
+        # floor of D beside the chunk, with the weights the step multiplies by (packed for oneDNN where the engine
+        # packs them). A step replayed from a CUDA graph dispatches nothing: no floor there.
         self.decode_batch = max(batches, default=0)
         self.decode_matmuls = self.head_matmuls = None
         if self.decode_batch:
-            floor = MatmulFloor.capture(self.decoders[self.decode_batch].decode_step, model.device)
+            decoder = self.decoders[self.decode_batch]
+            floor = MatmulFloor.capture(decoder.decode_step, model.device)
             hidden = torch.zeros(self.decode_batch, b.width, dtype=model.dtype, device=model.device)
             if floor.count:
                 self.decode_matmuls = floor
-                self.head_matmuls = MatmulFloor.capture(lambda: model.greedy_tokens(hidden), model.device)
+                with packed_products() if decoder.packed_decode else contextlib.nullcontext():
+                    self.head_matmuls = MatmulFloor.capture(lambda: model.greedy_tokens(hidden), model.device)
         self.decode_matmul: list[float] = []
         self.head_matmul: list[float] = []
 
@@ -146,7 +151,8 @@ class PartsProbe:
             "compile_s": self.runtime.compile_s,
             "decode_s": {str(b): statistics.median(t) for b, t in self.decode.items()},
             **({"decode_matmul_batch": self.decode_batch, "decode_matmul_s": statistics.median(self.decode_matmul),
-                "decode_matmuls": self.decode_matmuls.count, "decode_head_matmul_s": statistics.median(self.head_matmul)}
+                "decode_matmuls": self.decode_matmuls.count, "decode_matmuls_packed": self.decode_matmuls.packed,
+                "decode_head_matmul_s": statistics.median(self.head_matmul)}
                if self.decode_matmul else {}),
             "prefix_tokens": self.prefix_tokens,
             "params": count_parameters(self.model),

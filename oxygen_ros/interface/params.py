@@ -22,6 +22,7 @@ from oxygen_ros.model.compiled import BACKENDS as ACTION_BACKENDS
 from oxygen_ros.model.compiled_prefill import PREFILL_BACKENDS
 from oxygen_ros.model.config import PRESETS
 from oxygen_ros.model.key_maps import VARIANTS
+from oxygen_ros.model.packed_decode import PACK_CHOICES
 from oxygen_ros.model.rtc import SCHEDULES
 from oxygen_ros.runtime import RuntimeConfig
 from oxygen_ros.runtime.alignment import REPLAN, TIME_ALIGNMENTS
@@ -155,6 +156,10 @@ PARAMS: tuple[ParamSpec, ...] = (
               "'eager': plain torch.", choices=PREFILL_BACKENDS),
     ParamSpec("overlap_decode", "bool", _runtime_default("overlap_decode"),
               "oxygen mode: run one batched decode step on a second thread while the action chunk runs."),
+    ParamSpec("pack_decode_weights", "str", _runtime_default("pack_decode_weights"),
+              "CPU, bfloat16: decode steps multiply by a second copy of the backbone and text-head weights packed "
+              "for oneDNN (same tokens, faster steps): 'auto' where the copy fits 1 GiB, 'on' whatever it takes, "
+              "'off' never (saves that memory).", choices=tuple(PACK_CHOICES)),
     # ------------------------------------------------------- chunk execution (runtime/alignment.py, chunking.py)
     ParamSpec("n_action_steps", "int", _runtime_default("n_action_steps"),
               "Execution horizon: actions of a chunk run after it arrives before the next one replaces it "

@@ -13,6 +13,7 @@ from oxygen_ros.model.compiled import BACKENDS as ACTION_BACKENDS
 from oxygen_ros.model.compiled_prefill import PREFILL_BACKENDS
 from oxygen_ros.model.config import PRESETS
 from oxygen_ros.model.key_maps import VARIANTS
+from oxygen_ros.model.packed_decode import PACK_CHOICES
 from oxygen_ros.model.prompt import PROMPT_FORMATS
 from oxygen_ros.model.preprocess import RESIZE_MODES
 from oxygen_ros.model.rtc import SCHEDULES
@@ -76,6 +77,9 @@ class RuntimeConfig:
     # CUDA, where the compiled layers measured slower: docs/performance.md, GPU path) or "eager".
     prefill_backend: str = "eager"
     overlap_decode: bool = False  # oxygen mode: one decode step runs on its own thread during the action chunk
+    # CPU, bfloat16: the decode step multiplies by a second copy of the decode weights packed for oneDNN
+    # (model/packed_decode.py): "auto" where the copy fits 1 GiB, "on" whatever it takes, "off" never.
+    pack_decode_weights: str = "auto"
     # Chunk execution (runtime/alignment.py, runtime/chunking.py)
     n_action_steps: int = 0  # actions of a chunk executed before the next replaces it; 0 = checkpoint's, else all
     replan: str = "tick"  # "tick": a new chunk every control tick; "n_action_steps": every n_action_steps steps
@@ -137,6 +141,7 @@ class RuntimeConfig:
             (self.action_backend != "cuda_graph" or self.device.startswith("cuda"),
              "action_backend 'cuda_graph' needs device cuda[:N] ('auto' picks it there)"),
             (self.prefill_backend in PREFILL_BACKENDS, f"prefill_backend must be one of {list(PREFILL_BACKENDS)}"),
+            (self.pack_decode_weights in PACK_CHOICES, f"pack_decode_weights must be one of {list(PACK_CHOICES)}"),
             (0 <= self.n_action_steps and (not self.horizon or self.n_action_steps <= self.horizon),
              "n_action_steps must be in 0..horizon (0 = the checkpoint's value, else the whole chunk)"),
             (self.replan in REPLAN, f"replan must be one of {list(REPLAN)}"),

@@ -31,6 +31,7 @@ from oxygen_ros.model.compiled_prefill import make_prefiller
 from oxygen_ros.model.config import ModelConfig, preset
 from oxygen_ros.model.key_maps import VARIANTS
 from oxygen_ros.model.normalize import Normalizer, NormStatsError, load_norm_stats
+from oxygen_ros.model.packed_decode import PACK_CHOICES, PACK_LIMIT_BYTES, can_pack, is_packed
 from oxygen_ros.model.precision import cast_for_inference
 from oxygen_ros.model.preprocess import ImageError, prepare_images
 from oxygen_ros.model.prompt import PromptError, build_prompt_tokens, continuation_tokens
@@ -127,6 +128,7 @@ class PolicyRuntime:
             prefiller=make_prefiller(model, config.prefill_backend, _progress),
             # decode steps replayed from CUDA graphs wherever the chunk is one (as oxygen-bench measures them)
             decode_graphs=getattr(sampler, "replays_cuda_graphs", False),
+            pack_decode_weights=PACK_CHOICES[config.pack_decode_weights],
         )
         self.mode = config.engine_mode
         k = config.tokens_per_frame
@@ -295,6 +297,12 @@ class PolicyRuntime:
         log.info("%s", self.describe())
         if c.checkpoint and c.prompt_format == "auto" and info.prompt_format is None:
             log.warning("prompt_format auto: using %s; %s. Set prompt_format explicitly.", self.prompt_format, info.prompt_format_note)
+        if self.engine.packed_decode_bytes:
+            log.info("decode steps multiply by weights packed for oneDNN: %.0f MB more memory (pack_decode_weights %s)",
+                     self.engine.packed_decode_bytes / 1e6, c.pack_decode_weights)
+        elif c.pack_decode_weights == "auto" and can_pack(self.model.text_head_weight) and not is_packed(self.model):
+            log.info("decode weights not packed for oneDNN: the copy would pass %d MiB (pack_decode_weights 'on' "
+                     "packs it anyway)", PACK_LIMIT_BYTES >> 20)
 
     def warm_up(self) -> None:
         """One prefill and one action chunk on a blank observation, so the first real tick does not pay
