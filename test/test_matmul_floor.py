@@ -67,3 +67,23 @@ def test_a_guided_chunk_adds_one_input_gradient_per_forward_product() -> None:
                                                         lambda x0: x0), CPU, grad=True)
     with_weights = MatmulFloor.capture(step_with_weight_grads, CPU, grad=True)
     assert with_weights.flops > 1.3 * one_step.flops
+
+
+def test_the_attention_floor_holds_each_attention_calls_scores_and_values() -> None:
+    model = tiny_model(seed=1)
+    frame, k, v, n = _prefix(model)
+    cfg, vis, b = model.config, model.config.vision, model.config.backbone
+    assert cfg.prefix_attention == "causal_text"
+    floor = MatmulFloor.capture(lambda: model.prefill(frame.images, frame.image_mask, frame.prompt_tokens, k, v), CPU,
+                                attention=True)
+    images, text = int(frame.image_mask.sum()), frame.prompt_tokens.numel()
+    patches, group = (vis.image_size // vis.patch_size) ** 2, b.num_heads // b.num_kv_heads
+    n_img = n - text
+    # 2 products of 2·rows·keys·head_dim each per call: the vision tower's; then per backbone layer the image
+    # block and the prompt rows (causal_text), the last layer only its last position
+    vision = 4 * images * vis.num_heads * patches * patches * (vis.width // vis.num_heads)
+    block = 4 * b.num_kv_heads * b.head_dim * group * (n_img * n_img + text * n)
+    last = 4 * b.num_kv_heads * b.head_dim * group * n
+    assert floor.count == 2 * (vis.depth + 2 * (b.depth - 1) + 1)
+    assert floor.flops == vis.depth * vision + (b.depth - 1) * block + last
+    assert floor.time_once() > 0

@@ -5,7 +5,9 @@ mode that records every matrix product (``linear``/``matmul`` as inference mode 
 ``mm``/``addmm``/``bmm`` as autograd does, oneDNN's ``_linear_pointwise`` where a decode step multiplies by
 prepacked weights) with its operands' shapes, strides and dtype; ``time_once`` replays them on fresh tensors of
 those layouts (a prepacked weight packed afresh), one after the other in the call's order, and returns their
-summed wall time. In the eager
+summed wall time. ``capture(..., attention=True)`` records instead the products inside the fused attention
+kernels (each call's scores q·kᵀ and its weighted values p·v, as the two batched products they amount to), which
+the default leaves out. In the eager
 prefill these are the products of the weights (the vision tower, the projector, the backbone): its attention
 is a fused kernel of its own and not among them, so P ÷ this time is what the prefill spends beyond its linear
 layers (norms, GELU, RoPE, attention, copies); 1.0 would be a prefill that is nothing but its linear layers.
@@ -29,6 +31,9 @@ MATMULS = {torch.ops.aten.linear.default, torch.ops.aten.matmul.default, torch.o
 PACKED_LINEAR = torch.ops.mkldnn._linear_pointwise.default if torch.backends.mkldnn.is_available() else None
 if PACKED_LINEAR is not None:
     MATMULS.add(PACKED_LINEAR)
+# Fused attention (q [..., S, D], k [..., T, D], v [..., T, Dv] first): its scores and values are products too.
+ATTENTION = {torch.ops.aten.scaled_dot_product_attention.default,
+             torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default}
 
 
 @dataclass(frozen=True)
@@ -57,13 +62,29 @@ class Operand:
 Call = tuple[object, tuple[object, ...]]
 
 
+def attention_products(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list[Call]:
+    """The two products of one attention call, batched over its (broadcast) leading dimensions: scores
+    [N, S, D] · [N, D, T] and values [N, S, T] · [N, T, Dv], in the inputs' dtype."""
+    n = 1
+    for size in torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]):
+        n *= size
+    s, d, t, dv = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
+    bmm = torch.ops.aten.bmm.default
+    key_t = Operand((n, d, t), (t * d, 1, d), k.dtype)  # the keys read transposed, as the kernels read them
+    return [(bmm, (Operand((n, s, d), (s * d, d, 1), q.dtype), key_t)),
+            (bmm, (Operand((n, s, t), (s * t, t, 1), q.dtype), Operand((n, t, dv), (t * dv, dv, 1), v.dtype)))]
+
+
 class _Recorder(TorchDispatchMode):
-    def __init__(self) -> None:
+    def __init__(self, attention: bool = False) -> None:
         super().__init__()
+        self.attention = attention
         self.calls: list[Call] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        if func in MATMULS:
+        if self.attention and func in ATTENTION:
+            self.calls += attention_products(*args[:3])
+        elif not self.attention and func in MATMULS:
             self.calls.append((func, tuple(Operand.of(a) if isinstance(a, torch.Tensor) else a for a in args)))
         return func(*args, **(kwargs or {}))
 
@@ -80,10 +101,12 @@ class MatmulFloor:
                        for func, args in calls]
 
     @classmethod
-    def capture(cls, prefill: Callable[[], object], device: torch.device, grad: bool = False) -> "MatmulFloor":
+    def capture(cls, prefill: Callable[[], object], device: torch.device, grad: bool = False,
+                attention: bool = False) -> "MatmulFloor":
         """The products of one call of ``prefill`` (any model function); ``grad``: run it with autograd on, so
-        the products of a backward pass it takes (``torch.autograd.grad``) are recorded too."""
-        recorder = _Recorder()
+        the products of a backward pass it takes (``torch.autograd.grad``) are recorded too; ``attention``: the
+        products inside its fused attention calls instead of the others."""
+        recorder = _Recorder(attention)
         with torch.inference_mode(not grad), torch.enable_grad() if grad else torch.no_grad(), recorder:
             prefill()
         return cls(recorder.calls, device)

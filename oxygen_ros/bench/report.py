@@ -110,7 +110,11 @@ def format_table(records: list[dict], parts: dict, header: str, before: list[dic
     if "prefill_matmul_s" in parts:
         lines.append(f"prefill floor: P {parts['prefill_s'] * 1e3:.1f} ms = {parts['prefill_s'] / parts['prefill_matmul_s']:.2f}x "
                      f"its {parts['prefill_matmuls']} matrix products alone ({parts['prefill_matmul_s'] * 1e3:.1f} ms, "
-                     f"{parts['prefill_matmul_gflop']:.1f} GFLOP, same shapes and dtype, same rounds)")
+                     f"{parts['prefill_matmul_gflop']:.1f} GFLOP, same shapes and dtype, same rounds)"
+                     + (f"; {parts['prefill_s'] / (parts['prefill_matmul_s'] + parts['prefill_attention_matmul_s']):.2f}x "
+                        f"those and its attention's {parts['prefill_attention_matmuls']} score and value products "
+                        f"({parts['prefill_attention_matmul_s'] * 1e3:.1f} ms, {parts['prefill_attention_matmul_gflop']:.1f} GFLOP)"
+                        if parts.get("prefill_attention_matmuls") else ""))
     if "action_rtc_matmul_s" in parts:
         lines.append(f"real-time chunking floor: A_rtc = {parts['action_rtc_s'] / parts['action_s']:.2f}x A; their matrix "
                      f"products alone {parts['action_rtc_matmul_s'] / parts['action_matmul_s']:.2f}x "

@@ -69,9 +69,12 @@ class PartsProbe:
         frame, b = self.frames[0], model.config.backbone
         k = torch.zeros(b.depth, model.config.max_prefix_tokens, b.num_kv_heads, b.head_dim, dtype=model.dtype,
                         device=model.device)
-        self.matmuls = MatmulFloor.capture(lambda: model.prefill(frame.images, frame.image_mask, frame.prompt_tokens,
-                                                                 k, k), model.device)
+        prefill = lambda: model.prefill(frame.images, frame.image_mask, frame.prompt_tokens, k, k)  # noqa: E731
+        self.matmuls = MatmulFloor.capture(prefill, model.device)
         self.matmul: list[float] = []
+        # ... and the products inside its fused attention calls (scores and weighted values), beside them.
+        self.attention_matmuls = MatmulFloor.capture(prefill, model.device, attention=True)
+        self.attention_matmul: list[float] = []
         # The plain and the guided chunk's products alone: the floor of A_rtc ÷ A (bench/rtc_floor.py).
         n = model.prefill(frame.images, frame.image_mask, frame.prompt_tokens, k, k).length
         with torch.inference_mode(False):  # a prefix autograd may save for the backward pass
@@ -112,6 +115,7 @@ class PartsProbe:
         self.engine.kv.release(prefix)
         self.prefill.append(p)
         self.matmul.append(self.matmuls.time_once())
+        self.attention_matmul.append(self.attention_matmuls.time_once())
         self.chunk_matmul.append(self.chunk_matmuls.time_once())
         self.rtc_matmul.append(self.rtc_matmuls.time_once())
         self.prefill_eager.append(p_eager)
@@ -135,6 +139,9 @@ class PartsProbe:
             "prefill_matmul_s": statistics.median(self.matmul),
             "prefill_matmuls": self.matmuls.count,
             "prefill_matmul_gflop": self.matmuls.flops / 1e9,
+            "prefill_attention_matmul_s": statistics.median(self.attention_matmul),
+            "prefill_attention_matmuls": self.attention_matmuls.count,
+            "prefill_attention_matmul_gflop": self.attention_matmuls.flops / 1e9,
             "prefill_fused": self.runtime.prefill_fused,
             "prefill_compile_s": self.runtime.prefill_compile_s,
             "action_s": statistics.median(self.action),
