@@ -102,6 +102,12 @@ def test_the_decode_floor_records_the_products_the_packed_step_runs() -> None:
     assert plain.packed == 0 and packed.packed > 0
     assert packed.count == plain.count and packed.flops == plain.flops > 0
     assert packed.time_once() > 0  # the packed weights are packed again for the replay
+    # the text head's product alone, on the whole floor's own tensors (no second copy of the head)
+    shape = tuple(engine.model.text_head_weight.shape)
+    head = packed.part(lambda args: getattr(args[1], "shape", None) == shape)
+    assert head.count == 1 and head.packed == 1 and head._calls[0][1][1] is next(
+        args[1] for _, args in packed._calls if getattr(args[1], "shape", None) == shape)
+    assert head.time_once() > 0
 
 
 @pytest.mark.parametrize("choice", ["auto", "off"])

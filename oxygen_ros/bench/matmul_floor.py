@@ -92,13 +92,20 @@ class _Recorder(TorchDispatchMode):
 class MatmulFloor:
     """The matrix products of one prefill, replayable alone."""
 
-    def __init__(self, calls: list[Call], device: torch.device) -> None:
+    def __init__(self, calls: list[Call], device: torch.device, made: list[Call] | None = None) -> None:
         self.device = device
         self.count = len(calls)
         self.packed = sum(func is PACKED_LINEAR for func, _ in calls)  # how many multiply by packed weights
         self.flops = sum(_flops(func, tuple(a for a in args if isinstance(a, Operand))) for func, args in calls)
-        self._calls = [(func, tuple(a.make(device) if isinstance(a, Operand) else a for a in args))
-                       for func, args in calls]
+        self._recorded = calls
+        self._calls = made if made is not None else [
+            (func, tuple(a.make(device) if isinstance(a, Operand) else a for a in args)) for func, args in calls]
+
+    def part(self, keep: Callable[[tuple[object, ...]], bool]) -> "MatmulFloor":
+        """The products whose recorded arguments (tensors as :class:`Operand`) ``keep`` selects, replayed on this
+        floor's own tensors: timed in the same rounds, a part reads the same memory as the whole does."""
+        chosen = [i for i, (_, args) in enumerate(self._recorded) if keep(args)]
+        return MatmulFloor([self._recorded[i] for i in chosen], self.device, [self._calls[i] for i in chosen])
 
     @classmethod
     def capture(cls, prefill: Callable[[], object], device: torch.device, grad: bool = False,

@@ -5,7 +5,6 @@ one mode in a process of its own. Progress goes to stderr, the result as one JSO
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import statistics
@@ -16,7 +15,6 @@ import torch
 
 from oxygen_ros.engine import make_runner
 from oxygen_ros.engine.modes import ParallelRunner
-from oxygen_ros.model.packed_decode import packed_products
 from oxygen_ros.model.rtc import sample_actions_rtc
 from oxygen_ros.model.vla import count_parameters
 from oxygen_ros.engine.allocator import keep_freed_buffers
@@ -91,13 +89,11 @@ class PartsProbe:
         self.decode_batch = max(batches, default=0)
         self.decode_matmuls = self.head_matmuls = None
         if self.decode_batch:
-            decoder = self.decoders[self.decode_batch]
-            floor = MatmulFloor.capture(decoder.decode_step, model.device)
-            hidden = torch.zeros(self.decode_batch, b.width, dtype=model.dtype, device=model.device)
+            floor = MatmulFloor.capture(self.decoders[self.decode_batch].decode_step, model.device)
+            head = tuple(model.text_head_weight.shape)  # [vocabulary, width]: its product's second operand
             if floor.count:
                 self.decode_matmuls = floor
-                with packed_products() if decoder.packed_decode else contextlib.nullcontext():
-                    self.head_matmuls = MatmulFloor.capture(lambda: model.greedy_tokens(hidden), model.device)
+                self.head_matmuls = floor.part(lambda args: len(args) > 1 and getattr(args[1], "shape", None) == head)
         self.decode_matmul: list[float] = []
         self.head_matmul: list[float] = []
 
