@@ -171,7 +171,7 @@ def test_lane_contention_times_the_chunk_alone_and_beside_each_load() -> None:
     rounds = [line for line in proc.stdout.splitlines() if line.startswith("round ")]
     kinds = ["packed", "plain"] if packs else ["plain"]
     assert len(rounds) == 2 and all(f"A beside decode steps ({kind} weights)" in r and f"D(3) beside chunks ({kind})" in r
-                                    for r in rounds for kind in kinds)
+                                    and f"A with one D(3) ({kind})" in r for r in rounds for kind in kinds)
     assert "3 live requests" in proc.stdout and "of 3 requests were live" not in proc.stdout  # they outlast the rounds
     assert proc.stdout.count("oxygen could keep at most") == len(kinds)
     assert _arithmetic_processes() == []  # the load beside the chunk ends with its block

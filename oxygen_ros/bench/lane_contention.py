@@ -10,11 +10,16 @@ one process and through the engine's own lanes:
   traffic): what sharing the processor costs by itself;
 * A beside back-to-back decode steps of ``--live`` requests (the text head reads every logit's weights at
   every step): what the decode lane costs the chunk;
-* D alone on its lane and beside back-to-back chunks, and P.
+* D alone on its lane and beside back-to-back chunks, and P;
+* one chunk and one decode step started together, each on its lane, until both are done: the two lanes of an
+  ``oxygen`` frame at k = 1 as it runs them.
 
 Every decode figure is taken twice on the same requests: with the weights packed for oneDNN (where the
 engine packed them: bfloat16 on a CPU, ``model/packed_decode.py``) and with the plain weights. For each it
-prints the share of ``action_only``'s rate that ``oxygen`` could keep if nothing else cost it.
+prints the share of ``action_only``'s rate that ``oxygen`` could keep if nothing else cost it: from the frame's
+two lanes started together, and beside it the same share from the longer of A and D, each beside the other
+running back to back (where D is shorter than A one step does not cover the whole chunk, so this second figure
+charges the chunk more than a frame does).
 
     python -m oxygen_ros.bench.lane_contention [--preset bench] [--live 30] [--rounds 5] [--samples 9]
 """
@@ -134,6 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     pool, lanes = engine.kv.pool, engine.lanes
     k, v = pool.view_k(prefix.extent), pool.view_v(prefix.extent)
 
+    def together() -> float:
+        """A chunk and one decode step started at once, each on its lane (an oxygen frame's two lanes, k = 1)."""
+        t0 = time.perf_counter()
+        side = lanes.decode.submit(engine.decode_step)
+        engine.act(prefix, noise)
+        side.result()
+        return time.perf_counter() - t0
+
     def beside_decode() -> _Repeating:
         return _Repeating(lanes.decode, engine.decode_step)  # returns no events once no request is live
 
@@ -159,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         plan[f"A beside decode steps ({kind} weights)"] = (chunk, with_weights(kind, beside_decode))
         plan[f"{d_label} alone ({kind})"] = (with_weights(kind, decode), None)
         plan[f"{d_label} beside chunks ({kind})"] = (with_weights(kind, decode), beside_chunks)
+        plan[f"A with one {d_label} ({kind})"] = (with_weights(kind, together), None)
     plan["P"] = (prefill, None)
     rounds: dict[str, list[float]] = {label: [] for label in plan}
     try:
@@ -184,11 +198,14 @@ def main(argv: list[str] | None = None) -> int:
     for kind in weights:
         a_beside = ms[f"A beside decode steps ({kind} weights)"]
         d_alone, d_beside = ms[f"{d_label} alone ({kind})"], ms[f"{d_label} beside chunks ({kind})"]
+        both = ms[f"A with one {d_label} ({kind})"]
         print(f"{kind} decode weights: A beside decode steps {a_beside:.1f} ms ({a_beside / alone - 1:+.0%}); "
               f"{d_label} alone {d_alone:.1f} ms, beside chunks {d_beside:.1f} ms ({d_beside / d_alone - 1:+.0%}); "
-              f"oxygen could keep at most {(p + alone) / (p + max(a_beside, d_beside)):.0%} of action_only's rate")
-    print(f"P {p:.1f} ms. The ceiling at N = {args.live}, k = 1: (P + A alone) / (P + the longer of A and {d_label}, "
-          "each beside the other)")
+              f"A and one {d_label} started together {both:.1f} ms ({both / alone - 1:+.0%} on A alone); "
+              f"oxygen could keep at most {(p + alone) / (p + both):.0%} of action_only's rate "
+              f"({(p + alone) / (p + max(a_beside, d_beside)):.0%} from each beside the other back to back)")
+    print(f"P {p:.1f} ms. The ceiling at N = {args.live}, k = 1: (P + A alone) / (P + A and {d_label} started "
+          "together); the figure in brackets takes the longer of A and D, each beside the other running back to back")
     return 0
 
 
