@@ -5,12 +5,11 @@ mode that records every matrix product (``linear``/``matmul`` as inference mode 
 ``mm``/``addmm``/``bmm`` as autograd does, oneDNN's ``_linear_pointwise`` where a decode step multiplies by
 prepacked weights) with its operands' shapes, strides and dtype; ``time_once`` replays them on fresh tensors of
 those layouts (a prepacked weight packed afresh), one after the other in the call's order, and returns their
-summed wall time. ``capture(..., attention=True)`` records instead the products inside the fused attention
-kernels (each call's scores q·kᵀ and its weighted values p·v, as the two batched products they amount to), which
-the default leaves out. In the eager
-prefill these are the products of the weights (the vision tower, the projector, the backbone): its attention
-is a fused kernel of its own and not among them, so P ÷ this time is what the prefill spends beyond its linear
-layers (norms, GELU, RoPE, attention, copies); 1.0 would be a prefill that is nothing but its linear layers.
+summed wall time. In the eager prefill these are the products of the weights (the vision tower, the projector,
+the backbone): its attention is a fused kernel of its own and not among them, so P ÷ this time is what the
+prefill spends beyond its linear layers (norms, GELU, RoPE, attention, copies); 1.0 would be a prefill that is
+nothing but its linear layers. ``capture(..., attention=True)`` records instead the products inside the fused
+attention calls (each call's scores q·kᵀ and weighted values p·v, as the two batched products they amount to).
 """
 
 from __future__ import annotations
