@@ -4,7 +4,8 @@ A decode step multiplies a few rows (one per live request) by every weight of th
 head. With a plain ``[out, in]`` weight oneDNN reorders the weight into its blocked layout inside every call.
 At prefill sizes that cost hides behind hundreds of rows; at decode sizes it can be a large part of the
 product. ``torch.ops.mkldnn._reorder_linear_weight`` does the reorder once (a second copy of the weight, in
-oneDNN's layout), and ``mkldnn._linear_pointwise`` multiplies by it. This tool times both forms for the
+oneDNN's layout), and ``mkldnn._linear_pointwise`` multiplies by it, as the engine's decode step does
+(``model/packed_decode.py``: ``pack_weight``, ``packed_linear``). This tool times both forms for the
 shapes of one decode step of a preset (each product of a backbone layer, and the text head over the whole
 vocabulary), says whether they give the same bits (in bfloat16 both forms are oneDNN's; in float32 the plain
 product is MKL's), and prints the memory the packed copies would take.
@@ -21,6 +22,8 @@ import statistics
 
 import torch
 import torch.nn.functional as F
+
+from oxygen_ros.model.packed_decode import pack_weight, packed_linear
 
 from .machine import describe, machine_info
 from .prefill_layer import median_ms_timer
@@ -65,13 +68,13 @@ def main(argv: list[str] | None = None) -> int:
           f"{head[0] * head[1] * item / 2**20:.1f} MB for the text head")
     with torch.inference_mode():
         for rows in args.rows:
-            packed = {name: torch.ops.mkldnn._reorder_linear_weight(w, rows) for name, w in weights.items()}
+            packed = {name: pack_weight(w) for name, w in weights.items()}
             print(f"\n{rows} rows: {'product':<12}{'plain ms':>10}{'packed ms':>11}{'ratio':>8}  same bits")
             step = {"plain": 0.0, "packed": 0.0}
             for name, w in weights.items():
                 x = torch.randn(rows, w.shape[1], generator=g).to(dtype)
                 plain_fn = lambda: F.linear(x, w)  # noqa: E731
-                packed_fn = lambda: torch.ops.mkldnn._linear_pointwise(x, packed[name], None, "none", [], "")  # noqa: E731
+                packed_fn = lambda: packed_linear(x, packed[name])  # noqa: E731
                 same = torch.equal(plain_fn(), packed_fn())
                 times = {"plain": [], "packed": []}
                 for _ in range(args.rounds):
