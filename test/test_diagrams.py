@@ -7,26 +7,17 @@ picture, and compares them with the committed record.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
+
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 REGENERATE = "bash scripts/in_netns.sh .venv/bin/python scripts/draw_diagrams.py topics"
 
 
-def _draw_diagrams():  # noqa: ANN202 - the script's module
-    spec = importlib.util.spec_from_file_location("draw_diagrams", ROOT / "scripts" / "draw_diagrams.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_committed_topic_graph_matches_the_running_node() -> None:
-    draw = _draw_diagrams()
+    draw = load_script("draw_diagrams")
     graph = draw.introspect_node(ROOT / "config" / "demo_policy.yaml")
     committed = json.loads((ROOT / "docs" / "images" / "topic_graph.json").read_text())
     assert draw.graph_record(graph) == committed, f"the node's endpoints changed: run `{REGENERATE}` and commit docs/images/topic_graph.*"
