@@ -268,7 +268,7 @@ def diagrams(root: Path = ROOT) -> dict[str, str]:
 
 
 def _block(name: str) -> re.Pattern[str]:
-    return re.compile(rf"(<!-- diagram:{re.escape(name)} -->\n)(.*?)(\n<!-- /diagram:{re.escape(name)} -->)", re.DOTALL)
+    return re.compile(rf"(<!-- diagram:{re.escape(name)} -->\n)(.*?)\n?(<!-- /diagram:{re.escape(name)} -->)", re.DOTALL)
 
 
 def committed(text: str, name: str) -> str | None:
@@ -280,7 +280,7 @@ def write(text: str, drawn: dict[str, str]) -> str:
     for name, body in drawn.items():
         if committed(text, name) is None:
             raise ValueError(f"docs/architecture.md has no <!-- diagram:{name} --> ... <!-- /diagram:{name} --> block")
-        text = _block(name).sub(lambda m: m.group(1) + body + m.group(3), text)
+        text = _block(name).sub(lambda m: m.group(1) + body + "\n" + m.group(3), text)
     return text
 
 
