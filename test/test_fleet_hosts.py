@@ -1,5 +1,5 @@
 """Robots on another host: two network namespaces joined only by a veth pair (nothing else connected), discovery
-kept at LOCALHOST with ROS_STATIC_PEERS naming the other namespace's address, as docs/ros.md describes: a probe
+kept at LOCALHOST with ROS_STATIC_PEERS naming the other namespace's address, as docs/wiring.md describes: a probe
 topic crosses only with the static peer, and two simulated arms in one namespace are driven by one oxygen_node
 in the other, with 20 ms added each way. Needs root and iproute2; skipped elsewhere."""
 

@@ -229,7 +229,7 @@ PARAMS: tuple[ParamSpec, ...] = (
     ParamSpec("trajectory_topic", "str", DEFAULT_TRAJECTORY_TOPIC, "JointTrajectory topic of the controller.",
               check=_check_topic("trajectory_topic")),
     # One entry per output (ROS parameters cannot hold lists of mappings); empty output_types = the single
-    # JointTrajectory above. See oxygen_ros/runtime/outputs.py and docs/ros.md (Outputs).
+    # JointTrajectory above. See oxygen_ros/runtime/outputs.py and docs/wiring.md (Outputs: one controller each).
     ParamSpec("output_types", "str[]", [],
               "One per output: joint_trajectory (JTC), float64_array (forward_command_controller) or twist (MoveIt "
               "Servo). Empty = one JointTrajectory of joint_names on trajectory_topic."),
