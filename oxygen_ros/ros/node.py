@@ -63,6 +63,7 @@ from oxygen_ros.runtime.startup import process_age_s
 from . import node_params
 from .ask_server import AskServer
 from .controller_outputs import ControllerOutputs
+from .safety_port import SafetyPort
 from oxygen_ros.interface.topic_names import robot_topic
 from .diagnostics import Diagnostics, diagnostic_array
 from .instruction_sub import InstructionSubscription
@@ -137,6 +138,7 @@ class OxygenNode(Node):
         self._input_group = ReentrantCallbackGroup()
         self._diag_group = MutuallyExclusiveCallbackGroup()
         self._ask_group = ReentrantCallbackGroup()
+        self._safety_group = MutuallyExclusiveCallbackGroup()  # the stop input and the hold watchdog
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.add_post_set_parameters_callback(self._after_set_parameters)
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", RELIABLE)
@@ -212,8 +214,8 @@ class OxygenNode(Node):
         if self._control_timer is not None:  # cancelled, not destroyed: `activate` resets it
             self._control_timer.cancel()
         for port in self._ports:
-            if port.outputs is not None:
-                port.outputs.stop()  # velocity and twist outputs: a zero command rather than the last one
+            if port.safety is not None:
+                port.safety.hold("deactivate", "the node was deactivated")
         ended = 0
         try:
             events = self.runtime.close()
@@ -247,6 +249,9 @@ class OxygenNode(Node):
     def _release_ports(self) -> None:
         for port in self._ports:
             port.ask.detach()
+            if port.safety is not None:
+                port.safety.destroy()
+                port.safety = None
             if port.outputs is not None:
                 port.outputs.destroy(self._destroy_publisher)
                 port.outputs = None
@@ -324,6 +329,8 @@ class OxygenNode(Node):
         port.outputs = ControllerOutputs(self, s.for_robot(name),
                                          lambda typ, topic, qos: self._make_publisher(typ, port.topic(topic), qos),
                                          RELIABLE, self._timer_group)  # fmt: skip
+        port.safety = SafetyPort(self, port.outputs, store, port.log, s.for_robot(name), rt.n_action_steps, port.topic,
+                                 lambda: self.active, self._safety_group, prefix)  # fmt: skip
         port.text_pubs = {
             task.name: TextPublishers(
                 self._make_publisher(TextDelta, port.topic(text_topic(task.name)), TEXT_QOS),
@@ -442,6 +449,8 @@ class OxygenNode(Node):
     def _on_joint_state(self, port: RobotPorts, msg: JointState) -> None:
         recv = self._now_ns()
         stamp = stamp_to_ns(msg.header.stamp)
+        if port.outputs is not None:  # every joint the message names: the guard's measured positions
+            port.outputs.guard.measured.put(list(msg.name), list(msg.position), recv)
         try:
             positions = joint_positions(msg, self.settings.joint_names)
         except Exception as exc:
@@ -505,6 +514,7 @@ class OxygenNode(Node):
         except Exception as exc:  # a robot never sees a traceback: log, count, no chunk, keep running
             for port in served:
                 self._engine_error(port, "control tick", exc)
+                self._hold(port, "model_error", f"the control tick failed: {type(exc).__name__}: {exc}")
             return
         finally:
             self._record_engine(served)
@@ -521,6 +531,7 @@ class OxygenNode(Node):
             except Exception as exc:  # e.g. NaN actions: no chunk rather than a wrong one
                 rt.forget_chunk(port.key)  # the robot does not execute it: the next chunk must not continue it
                 self._engine_error(port, "action chunk", exc)
+                self._hold(port, "bad_output", f"no command from this chunk: {exc}")
             self._publish_events(result.events)  # text of modes that finish it inside the frame
 
     def _frame_of(self, port: RobotPorts, now_ns: int, epoch: int) -> tuple[Observation, Any] | None:
@@ -661,6 +672,7 @@ class OxygenNode(Node):
                 port.diag.tick_waiting(message)
                 return
         port.diag.tick_skipped(f"{kind}: {message}")
+        self._hold(port, "input", f"{kind}: {message}")
         if kind in STARTUP_KINDS and port.last_chunk_s is None and time.monotonic() < self._grace_until:
             port.log.waiting(message)
         elif kind in LOST_KINDS and port.last_chunk_s is not None:
@@ -681,8 +693,7 @@ class OxygenNode(Node):
         for port in ports:
             dropped += port.store.restart(jump.now_ns - jump.delta_ns, jump.now_ns)
             port.diag.clock_jumped(jump)
-            if port.outputs is not None and port.outputs.streamed:
-                port.outputs.stop()
+            self._hold(port, "clock_jump", jump.describe())
         if self.active or self._ready:
             self.get_logger().info(f"{jump.describe()}: {self._what_restarts(ports, dropped)}")
 
@@ -696,7 +707,7 @@ class OxygenNode(Node):
             *(["real-time-chunking guide"] if rt.config.rtc else []),
             f"inputs received before the jump ({dropped} dropped; stale-input ages start again)",
             "rate and silence windows of /diagnostics",
-            *(["streamed outputs (zero command until the next chunk)"] if any(p.outputs and p.outputs.streamed for p in ports) else []),
+            *(["the controller outputs (held until the next chunk)"] if any(p.outputs for p in ports) else []),
             *(["the robots' tick schedule"] if self._clocks is not None else []),
         ]
         who = f" of robots {', '.join(p.name for p in ports)}" if self.settings.robots else ""
@@ -737,6 +748,10 @@ class OxygenNode(Node):
         """How long after a jump missing inputs are expected (the diagnostics' silence limit)."""
         return max(1.0, 3 * self.settings.for_robot(port.name).control_period_s)
 
+    def _hold(self, port: RobotPorts, kind: str, reason: str) -> None:
+        if port.safety is not None:
+            port.safety.hold(kind, reason)
+
     def _engine_error(self, port: RobotPorts, where: str, exc: BaseException) -> None:
         message = f"{where} failed: {type(exc).__name__}: {exc}"
         port.diag.engine_error(message)
@@ -756,6 +771,8 @@ class OxygenNode(Node):
                 for port in self._ports:
                     statuses += port.diag.report(now.nanoseconds, port.store.counters(), hardware_id=device)
                     statuses.append(port.topic_stats.status(device))
+                    if port.safety is not None:
+                        statuses.append(port.safety.status(device))
             statuses.append(self._state_status())
             if self._jump_watch.epoch == epoch:
                 self._diag_pub.publish(diagnostic_array(now.to_msg(), statuses))
@@ -792,6 +809,8 @@ class OxygenNode(Node):
             port.store.max_instruction_chars = new.max_instruction_chars
             if port.outputs is not None:
                 port.outputs.settings = new.for_robot(port.name)  # limits may have changed; the outputs are fixed
+                port.outputs.guard.set_limits(new.limits, new.resume_blend_s)
+                port.safety.settings = new.for_robot(port.name)
             port.diag.set_target_rate(self._chunk_rate_hz(port.name))  # the rates or the step period may have changed
         if (new.control_rate_hz, new.robot_control_rates_hz) != (old.control_rate_hz, old.robot_control_rates_hz):
             if self.active:

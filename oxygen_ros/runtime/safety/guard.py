@@ -123,7 +123,8 @@ class OutputGuard:
         dt = self.step_period_s if self._last_ns is None else max(0.0, (now_ns - self._last_ns) / NS)
         w = 1.0
         if self._resume_ns is not None and self.blend_s > 0:
-            w = float(blend_weights(np.array([(now_ns - self._resume_ns) / NS]), 0.0, self.blend_s)[0])
+            # the first command one step period into the blend, as a trajectory's first point
+            w = float(blend_weights(np.array([(now_ns - self._resume_ns) / NS + self.step_period_s]), 0.0, self.blend_s)[0])
             if w >= 1.0:
                 self._resume_ns = None
         if self.spec.type == "twist":
@@ -154,6 +155,13 @@ class SafetyGuard:
         self.hits = LimitCounter()
         self.measured = MeasuredJoints()
         self.max_measured_age_ns = int(max_measured_age_s * NS)
+
+    def set_limits(self, limits: Mapping[str, OutputLimits], blend_s: float) -> None:
+        """New limits (a parameter changed); what was commanded stays."""
+        for name, guard in self.outputs.items():
+            guard.limits = limits.get(name) or OutputLimits.none(guard.spec)
+            guard._vel, guard._dist, guard._lower, guard._upper = guard.limits.arrays()
+            guard.blend_s = blend_s
 
     def measured_of(self, spec: OutputSpec, now_ns: int | None = None) -> np.ndarray | None:
         """The output's joints as measured (None: a joint not measured, or velocity/twist outputs)."""
