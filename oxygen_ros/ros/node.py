@@ -749,8 +749,12 @@ class OxygenNode(Node):
         return max(1.0, 3 * self.settings.for_robot(port.name).control_period_s)
 
     def _hold(self, port: RobotPorts, kind: str, reason: str) -> None:
-        if port.safety is not None:
+        if port.safety is None:
+            return
+        try:
             port.safety.hold(kind, reason)
+        except InvalidHandle:  # the publishers are being destroyed (the node is going down): nothing to hold
+            pass
 
     def _engine_error(self, port: RobotPorts, where: str, exc: BaseException) -> None:
         message = f"{where} failed: {type(exc).__name__}: {exc}"

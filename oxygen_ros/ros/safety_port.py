@@ -69,7 +69,7 @@ class SafetyPort:
     def hold(self, kind: str, reason: str) -> None:
         """Every output to its hold command within this call; one log line when commanding was going on."""
         with self.outputs.lock:
-            if self.guard.hold(kind, reason):
+            if self.guard.hold(kind, reason, self.node.get_clock().now().nanoseconds):
                 self.outputs.hold()
                 self.log._logger.warning(f"{self.log.label}HOLD: {reason}")
 
@@ -87,7 +87,7 @@ class SafetyPort:
         with self.outputs.lock:
             changed = self.guard.state.stop(latched, f"stopped by {source}")
             if changed and latched:
-                self.guard.reset_outputs()
+                self.guard.reset_outputs(self.node.get_clock().now().nanoseconds)
                 self.outputs.hold()
         if changed:
             self.log.info(f"STOP set by {source}: every command stops (the model and its text go on)" if latched else
@@ -107,7 +107,8 @@ class SafetyPort:
             return
         limit = self.settings.max_observation_age_s
         required = {t for t, optional in zip(self.store.cameras, self.store.optional) if t and not optional}
-        required.add("joint_states")
+        if self.store.use_state:
+            required.add("joint_states")
         for topic, age in self.store.ages_s(now_ns).items():
             if topic in required and (age is None or age > limit):
                 what = "not received" if age is None else f"{age:.2f} s old (max_observation_age_s {limit:g})"

@@ -41,6 +41,7 @@ class OutputGuard:
         self._last_ns: int | None = None
         self._trajectory: tuple[np.ndarray, np.ndarray] | None = None  # (absolute times ns, positions) last sent
         self._resuming = True
+        self._held: np.ndarray | None = None  # the hold position after a hold (None: the measured one)
         self._resume_ns: int | None = None
         self._resume_from: np.ndarray | None = None
 
@@ -48,16 +49,24 @@ class OutputGuard:
     def velocity(self) -> bool:
         return self.spec.type == "twist" or self.spec.interface == "velocity"
 
-    def reset(self) -> None:
+    def reset(self, now_ns: int | None = None) -> None:
         """After a hold (or before the first command): forget what was sent; the next commands blend from the
-        measured state (velocities from zero)."""
+        measured state (velocities from zero). A position output keeps where it was commanded to be at
+        ``now_ns`` as its hold position."""
+        if not self.velocity and now_ns is not None:
+            sampled = self._sample(now_ns) if self._trajectory is not None else self._last
+            self._held = sampled if sampled is not None else self._held
         self._last, self._last_ns, self._trajectory = None, None, None
         self._resuming, self._resume_ns, self._resume_from = True, None, None
 
     def hold_command(self, measured: np.ndarray | None) -> np.ndarray | None:
-        """The command that holds the output: zero velocity or twist, the measured position (None: unknown)."""
+        """The command that holds the output: zero velocity or twist; for a position output where its controller
+        was last told the joints are now (the arm tracks it: a stale measurement would pull it back), else the
+        measured position (None: neither is known)."""
         if self.velocity:
             return np.zeros(len(self.spec.dims))
+        if self._held is not None:
+            return self._held
         return None if measured is None else np.asarray(measured, dtype=np.float64)
 
     # ----------------------------------------------------------------------------------- trajectories
@@ -89,6 +98,7 @@ class OutputGuard:
                                                   max_velocity=self._vel, max_distance=self._dist, lower=self._lower,
                                                   upper=self._upper)  # fmt: skip
             self._trajectory = (start_ns + np.round(times * NS), values)
+            self._held = None
         return dataclasses.replace(timed, times_s=times, positions=values), hits
 
     def _sample(self, now_ns: int) -> np.ndarray | None:
@@ -140,7 +150,7 @@ class OutputGuard:
             if self._resume_from is not None:
                 target = self._resume_from + w * (target - self._resume_from)
             out, hits = self._stream_position(target, dt, measured)
-        self._last, self._last_ns = out, now_ns
+        self._last, self._last_ns, self._held = out, now_ns, None
         return out, hits
 
 
@@ -190,12 +200,13 @@ class SafetyGuard:
     def hold_command(self, spec: OutputSpec, now_ns: int | None = None) -> np.ndarray | None:
         return self.outputs[spec.name].hold_command(self.measured_of(spec, now_ns))
 
-    def hold(self, kind: str, reason: str) -> bool:
-        """Enter HOLD; every output resumes from the measured state. True when commanding was going on."""
+    def hold(self, kind: str, reason: str, now_ns: int | None = None) -> bool:
+        """Enter HOLD; every output resumes from the measured state. True when commanding was going on (the
+        caller then sends `hold_command` of each output)."""
         entered = self.state.hold(kind, reason)
-        self.reset_outputs()
+        self.reset_outputs(now_ns)
         return entered
 
-    def reset_outputs(self) -> None:
+    def reset_outputs(self, now_ns: int | None = None) -> None:
         for guard in self.outputs.values():
-            guard.reset()
+            guard.reset(now_ns)
