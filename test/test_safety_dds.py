@@ -43,6 +43,8 @@ RELIABLE = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
 # A command is checked against every joint state the robot published this long before its arrival (the node's
 # latest measurement may be that old on a loaded machine: DDS delivery and the executor's turn).
 MEASURED_WITHIN_S = 0.5
+# The node and this checker share one executor: a command is seen when the executor gets to it (its turn).
+EXECUTOR_TURN_S = 0.015
 TOL = 1e-6
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 # The model's outputs, one entry per chunk it is asked for (then "wild" again until the test ends).
@@ -99,6 +101,7 @@ def setup(robot: str, tmp_path: Path) -> tuple[dict[str, Any], dict[str, float]]
 class Injected:
     kinds: list[str] = dataclasses.field(default_factory=list)
     at: list[float] = dataclasses.field(default_factory=list)  # time.monotonic() each chunk left the model
+    refused: bool = False  # the "far" chunk is out of range after the conversions (their clips may prevent it)
 
 
 def wild_loader(settings: S.NodeSettings, deadline_s: float, seen: Injected, seed: int) -> Any:
@@ -117,6 +120,8 @@ def wild_loader(settings: S.NodeSettings, deadline_s: float, seen: Injected, see
             actions = wild_actions("far" if kind == "far" else "wild", rng, settings, result.actions.shape)
             if kind == "nan":
                 actions[rng.integers(len(actions)) :, :] = np.nan
+            if kind == "far":  # whether the outputs can be out of range at all (conversions that clip cannot)
+                seen.refused = any(settings.limits[o.name].out_of_range(o.values(actions)) for o in settings.outputs)
             seen.kinds.append(kind)
             seen.at.append(time.monotonic())
             return dataclasses.replace(result, actions=actions.astype(np.float32))
@@ -221,13 +226,14 @@ class Checked:
 
 def checker(driver: Any, s: S.NodeSettings, robot: Robot, out: Checked) -> list[Any]:
     subs = []
+    jitter = s.step_period_s  # two commands sent a step apart may arrive closer together: one step of slack
     for spec in s.outputs:
         lim = s.limits[spec.name]
         vmax, dmax, lo, hi = (np.array(a) for a in lim.arrays())
         last: dict[str, Any] = {}
 
         def bad(msg: str, spec=spec) -> None:  # noqa: ANN001
-            out.violations.append(f"{spec.name}: {msg}")
+            out.violations.append(f"{spec.name} at {time.monotonic():.3f}: {msg}")
 
         def on_msg(msg: Any, spec=spec, lim=lim, vmax=vmax, dmax=dmax, lo=lo, hi=hi, last=last, bad=bad) -> None:  # noqa: ANN001
             t = time.monotonic()
@@ -264,7 +270,8 @@ def checker(driver: Any, s: S.NodeSettings, robot: Robot, out: Checked) -> list[
                 if spec.interface == "velocity":
                     if np.any(np.abs(v) > vmax + TOL):
                         bad(f"velocity {v} beyond {vmax}")
-                    if "v" in last and np.any(np.abs(v - last["v"]) > lim.max_acceleration * (dt + 0.05) + TOL):
+                    stopping = not np.any(v)  # a hold or a chunk's end stops at once (the controller's limits shape it)
+                    if "v" in last and not stopping and np.any(np.abs(v - last["v"]) > lim.max_acceleration * (dt + jitter) + TOL):
                         bad(f"velocity change {v - last['v']} in {dt:.3f} s beyond max_acceleration")
                     hold = not np.any(v)
                     robot.velocity.update(dict(zip(spec.joints, v)))
@@ -273,7 +280,7 @@ def checker(driver: Any, s: S.NodeSettings, robot: Robot, out: Checked) -> list[
                         bad(f"position {v} out of range")
                     if measured is not None and not robot.was_near(spec.joints, v, dmax, t - MEASURED_WITHIN_S):
                         bad(f"position {v} beyond max_distance of the measured {measured}")
-                    if "v" in last and np.any(np.abs(v - last["v"]) > vmax * (dt + 0.05) + TOL):
+                    if "v" in last and np.any(np.abs(v - last["v"]) > vmax * (dt + jitter) + TOL):
                         bad(f"position step {v - last['v']} in {dt:.3f} s beyond max_velocity {last.get('log')} now {v} {measured}")
                     hold = measured is not None and np.allclose(v, measured, atol=1e-9)
                     robot.position(spec.joints, v)
@@ -304,9 +311,9 @@ def test_a_wild_model_never_breaks_a_limit(ros_context, tmp_path: Path, robot_na
     robot = Robot(rest)
     checked = Checked()
     subs = checker(driver, settings, robot, checked)
-    statuses: list[tuple[float, str]] = []
+    statuses: list[tuple[str, dict[str, str]]] = []  # the safety status: its message and values
     driver.create_subscription(DiagnosticArray, "/diagnostics", lambda m: statuses.extend(
-        (time.monotonic(), st.message) for st in m.status if st.name.endswith("safety")), RELIABLE)  # fmt: skip
+        (st.message, {kv.key: kv.value for kv in st.values}) for st in m.status if st.name.endswith("safety")), RELIABLE)  # fmt: skip
     cams = [driver.create_publisher(Image, t, qos_profile_sensor_data) for t in values["camera_topics"]]
     joints = driver.create_publisher(JointState, values["joint_state_topic"], qos_profile_sensor_data) if rest else None
     stop = driver.create_publisher(Bool, f"/{node_name}/stop", LATCHED)
@@ -347,15 +354,16 @@ def test_a_wild_model_never_breaks_a_limit(ros_context, tmp_path: Path, robot_na
         node.destroy_node()
         driver.destroy_node()
 
-    assert not checked.violations, "\n".join(checked.violations[:10])
+    timeline = ", ".join(f"{k}@{t:.3f}" for k, t in zip(seen.kinds, seen.at))
+    assert not checked.violations, "\n".join(checked.violations[:10]) + f"\nchunks: {timeline}; stop@{t_stop:.3f} clear@{t_clear:.3f}"
     assert checked.commands > 20 and checked.moving
     holding = [s.name for s in settings.outputs if s.type != "float64_array" or s.interface == "velocity" or s.joints[0] in rest]
     # A NaN burst and a chunk far out of range: every output holds within one control period.
-    for kind in ("nan", "far"):
+    for kind in ("nan", "far") if seen.refused else ("nan",):
         t_bad = seen.at[seen.kinds.index(kind)]
         for name in holding:
             delays = [t - t_bad for o, t in checked.holds if o == name and t >= t_bad]
-            assert delays and delays[0] <= period, (kind, name, delays[:3])
+            assert delays and delays[0] <= period + EXECUTOR_TURN_S, (kind, name, delays[:3])
     # A frozen model: held within one period of its deadline (the last chunk came one chunk period before).
     t_freeze = seen.at[seen.kinds.index("freeze") - 1]
     for name in holding:
@@ -363,6 +371,16 @@ def test_a_wild_model_never_breaks_a_limit(ros_context, tmp_path: Path, robot_na
                    for o, t in checked.holds), ("freeze", name)  # fmt: skip
     # The stop: every output holds within one period, nothing moves until it is cleared.
     for name in holding:
-        assert any(o == name and t_stop <= t <= t_stop + period + 0.05 for o, t in checked.holds), ("stop", name)
-    assert not [(o, t) for o, t in checked.moving if t_stop + period + 0.05 < t < t_clear]
-    assert any("HOLD" in m and "NaN" in m for _, m in statuses) and any(m.startswith("STOP") for _, m in statuses)
+        assert any(o == name and t_stop <= t <= t_stop + period + EXECUTOR_TURN_S for o, t in checked.holds), ("stop", name)
+    assert not [(o, t) for o, t in checked.moving if t_stop + period + EXECUTOR_TURN_S < t < t_clear]
+    # /diagnostics: HOLD and STOP said while they last; the holds counted by kind, the limit hits by output and joint.
+    assert any(m.startswith("HOLD") for m, _ in statuses) and any(m.startswith("STOP") for m, _ in statuses)
+    final = statuses[-1][1]
+    assert int(final.get("holds/bad_output", 0)) >= 1 and int(final.get("holds/model_stall", 0)) >= 1
+    assert any(k.startswith("limit/") for k in final)
+    delays = {kind: min((t - seen.at[seen.kinds.index(kind)] for _, t in checked.holds if t >= seen.at[seen.kinds.index(kind)]),
+                        default=None) for kind in ("nan", "far")}  # fmt: skip
+    print(f"\nwild model on {robot_name}: {checked.commands} commands checked, {len(checked.violations)} beyond a limit; "
+          f"first hold {1e3 * delays['nan']:.1f} ms after the NaN chunk (control period {1e3 * period:.0f} ms); "
+          f"limit hits {sum(int(v) for k, v in final.items() if k.startswith('limit/'))}; holds "
+          f"{ {k[6:]: int(v) for k, v in final.items() if k.startswith('holds/')} }")

@@ -162,7 +162,7 @@ def test_a_hold_resumes_velocities_from_zero() -> None:
     for k in range(5):
         guard.stream(VEL, np.array([1.0, 1.0]), k * 100_000_000)
     assert guard.state.resumed() and guard.state.state == "RUN"
-    assert guard.hold("test", "a test hold") and not guard.hold("test", "again")  # said once
+    assert guard.hold("test", "a test hold", now_ns=9 * 10**8) and not guard.hold("test", "again")  # said once
     assert guard.hold_command(VEL).tolist() == [0.0, 0.0]
     after = guard.stream(VEL, np.array([1.0, 1.0]), 10**9)
     assert after == pytest.approx([0.5, 0.5])  # from zero, at most 5 rad/s² x 0.1 s

@@ -140,6 +140,7 @@ class ControllerOutputs:
                 self._moving.discard(spec.name)
                 if spec.type == "twist" or spec.interface == "velocity":
                     self._send(spec, np.zeros(len(spec.dims)), now_ns)
+                    self.guard.outputs[spec.name].stopped(now_ns)
 
     def _send(self, spec: OutputSpec, values: np.ndarray, now_ns: int) -> None:
         if spec.type == "twist":

@@ -529,9 +529,9 @@ class OxygenNode(Node):
             try:
                 self._publish_step(port, observations[port.key], result, start)
             except Exception as exc:  # e.g. NaN actions: no chunk rather than a wrong one
+                self._hold(port, "bad_output", f"no command from this chunk: {exc}")  # first: within the period
                 rt.forget_chunk(port.key)  # the robot does not execute it: the next chunk must not continue it
                 self._engine_error(port, "action chunk", exc)
-                self._hold(port, "bad_output", f"no command from this chunk: {exc}")
             self._publish_events(result.events)  # text of modes that finish it inside the frame
 
     def _frame_of(self, port: RobotPorts, now_ns: int, epoch: int) -> tuple[Observation, Any] | None:

@@ -53,10 +53,15 @@ class OutputGuard:
         """After a hold (or before the first command): forget what was sent; the next commands blend from the
         measured state (velocities from zero). A position output keeps where it was commanded to be at
         ``now_ns`` as its hold position."""
-        if not self.velocity and now_ns is not None:
-            sampled = self._sample(now_ns) if self._trajectory is not None else self._last
-            self._held = sampled if sampled is not None else self._held
-        self._last, self._last_ns, self._trajectory = None, None, None
+        if self.velocity:  # the hold command (zero) is what was commanded last
+            self._last = np.zeros(len(self.spec.dims))
+        else:
+            if now_ns is not None:
+                sampled = self._sample(now_ns) if self._trajectory is not None else self._last
+                self._held = sampled if sampled is not None else self._held
+            self._last = None
+        self._last_ns = now_ns if now_ns is not None else self._last_ns
+        self._trajectory = None
         self._resuming, self._resume_ns, self._resume_from = True, None, None
 
     def hold_command(self, measured: np.ndarray | None) -> np.ndarray | None:
@@ -92,12 +97,17 @@ class OutputGuard:
             self._last = values[-1]
         else:
             reference = measured if measured is not None else self._sample(now_ns)
+            if reference is None:
+                reference = self._held
             if resuming and reference is not None and self.blend_s > 0:
                 values = reference + blend_weights(times, elapsed, self.blend_s)[:, None] * (values - reference)
             times, values, hits = guard_positions(times, values, start_s=elapsed, reference=reference,
                                                   max_velocity=self._vel, max_distance=self._dist, lower=self._lower,
                                                   upper=self._upper)  # fmt: skip
-            self._trajectory = (start_ns + np.round(times * NS), values)
+            # Where the controller has the joints from now on: from the reference (where they were) through the points.
+            knots_t, knots_p = (times, values) if reference is None else (np.concatenate([[elapsed], times]),
+                                                                           np.vstack([reference, values]))
+            self._trajectory = (start_ns + np.round(knots_t * NS), knots_p)
             self._held = None
         return dataclasses.replace(timed, times_s=times, positions=values), hits
 
@@ -108,6 +118,11 @@ class OutputGuard:
         t, p = self._trajectory
         return np.array([np.interp(now_ns, t, p[:, j]) for j in range(p.shape[1])])
 
+    def stopped(self, now_ns: int) -> None:
+        """A zero command was sent outside the guard (a velocity output's chunk ended): it is the last one."""
+        if self.velocity:
+            self._last, self._last_ns = np.zeros(len(self.spec.dims)), now_ns
+
     # -------------------------------------------------------------------------------- streamed commands
     def _stream_position(self, target: np.ndarray, dt: float, measured: np.ndarray | None) -> tuple[np.ndarray, Hits]:
         """Clamped into the range; the step from the last command shortened to max_velocity · dt; then the
@@ -115,7 +130,8 @@ class OutputGuard:
         hits = empty_hits(len(target))
         out = np.clip(target, self._lower, self._upper)
         hits["range"] += out != target
-        reference = self._last if self._last is not None else measured
+        # The step from what the controller was last told (a hold included): a measurement may be a little old.
+        reference = next((r for r in (self._last, self._held, measured) if r is not None), None)
         if reference is not None:
             out, binding = scale_step(reference, out, self._vel * dt)
             hits["speed"] += binding
@@ -129,8 +145,10 @@ class OutputGuard:
         target = np.asarray(values, dtype=np.float64)
         if self._resuming:
             self._resuming, self._resume_ns = False, now_ns
-            self._resume_from = None if self.velocity else measured
-        dt = self.step_period_s if self._last_ns is None else max(0.0, (now_ns - self._last_ns) / NS)
+            self._resume_from = None if self.velocity else (measured if measured is not None else self._held)
+        # Never more than one step period: after a pause the robot stands where it was last commanded, so a longer
+        # wait does not allow a longer step (or a larger change of velocity).
+        dt = self.step_period_s if self._last_ns is None else min(self.step_period_s, max(0.0, (now_ns - self._last_ns) / NS))
         w = 1.0
         if self._resume_ns is not None and self.blend_s > 0:
             # the first command one step period into the blend, as a trajectory's first point
