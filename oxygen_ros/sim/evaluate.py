@@ -202,6 +202,12 @@ class EpisodeLoop:
         except ChunkTooLate as exc:  # as the node: nothing sent, the next chunk does not continue this one
             self.result.rejected.append(str(exc))
             runtime.forget_chunk(self.robot)
+        except ValueError as exc:  # no command at all (NaN actions): a robot with a guard holds, as the node's
+            hold = getattr(self.episode, "hold", None)
+            if hold is None:
+                raise
+            hold("bad_output", str(exc))
+            runtime.forget_chunk(self.robot)
         self.result.chunks += 1
         self.result.actions.append(step.actions.copy())
         self.tick += 1

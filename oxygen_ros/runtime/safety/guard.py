@@ -87,6 +87,9 @@ class OutputGuard:
         if not np.any(keep):
             return None, empty_hits(n)
         times, values = timed.times_s[keep], timed.positions[keep]
+        # The first point at least a step period ahead: a trajectory that is a little late on arrival must not find
+        # every point past (a controller would then skip to its last one).
+        times = times + max(0.0, elapsed + self.step_period_s - float(times[0]))
         if self.velocity:
             previous = np.zeros(n) if resuming or self._last is None else self._last
             if resuming and self.blend_s > 0:
