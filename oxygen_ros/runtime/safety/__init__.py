@@ -2,9 +2,9 @@
 
 from .guard import DEFAULT_BLEND_S, OutputGuard, SafetyGuard
 from .hold import HOLD, RUN, STOP, HoldState, LimitCounter, MeasuredJoints
-from .limits import OutputLimits, limit_table_problems, limits_of_outputs, unguarded_lines
+from .limits import UNGUARDED, OutputLimits, limit_table_problems, limits_of_outputs, unguarded_lines
 from .scaling import cap_norm, scale_step
 
-__all__ = ["DEFAULT_BLEND_S", "HOLD", "RUN", "STOP", "HoldState", "LimitCounter", "MeasuredJoints", "OutputGuard",
+__all__ = ["UNGUARDED", "DEFAULT_BLEND_S", "HOLD", "RUN", "STOP", "HoldState", "LimitCounter", "MeasuredJoints", "OutputGuard",
            "OutputLimits", "SafetyGuard", "cap_norm", "limit_table_problems", "limits_of_outputs", "scale_step",
            "unguarded_lines"]

@@ -99,14 +99,17 @@ class OutputGuard:
                                             max_acceleration=self.limits.max_acceleration)  # fmt: skip
             self._last = values[-1]
         else:
-            reference = measured if measured is not None else self._sample(now_ns)
-            if reference is None:
-                reference = self._held
-            if resuming and reference is not None and self.blend_s > 0:
-                values = reference + blend_weights(times, elapsed, self.blend_s)[:, None] * (values - reference)
+            # The path starts where the controller has the joints now (it interpolates from there); the distance
+            # limit is from the measured joints.
+            reference = next((r for r in (self._sample(now_ns), self._held, measured) if r is not None), None)
+            start = measured if measured is not None else reference  # a resume blends from the measured joints
+            if resuming and start is not None and self.blend_s > 0:
+                values = start + blend_weights(times, elapsed, self.blend_s)[:, None] * (values - start)
             times, values, hits = guard_positions(times, values, start_s=elapsed, reference=reference,
                                                   max_velocity=self._vel, max_distance=self._dist, lower=self._lower,
-                                                  upper=self._upper)  # fmt: skip
+                                                  upper=self._upper, measured=measured,
+                                                  max_acceleration=self.limits.max_acceleration,
+                                                  from_rest=resuming)  # fmt: skip
             # Where the controller has the joints from now on: from the reference (where they were) through the points.
             knots_t, knots_p = (times, values) if reference is None else (np.concatenate([[elapsed], times]),
                                                                            np.vstack([reference, values]))

@@ -25,10 +25,14 @@ import numpy as np
 
 from ..outputs import OutputSpec
 
-__all__ = ["OutputLimits", "limits_of_outputs", "limit_table_problems", "unguarded_lines"]
+__all__ = ["UNGUARDED", "OutputLimits", "limits_of_outputs", "limit_table_problems", "unguarded_lines"]
 
 INF = math.inf
 DEFAULT_OUT_OF_RANGE_MARGIN = 0.5
+# Parameter overrides that turn every limit and the resume blend off (comparisons with and without the guard).
+UNGUARDED = {"limit_joints": [], "limit_max_velocity": [], "limit_max_distance": [], "limit_lower": [], "limit_upper": [],
+             "output_max_acceleration": [], "output_max_linear_speed": [], "output_max_angular_speed": [],
+             "resume_blend_s": 0.0}  # fmt: skip
 
 
 @dataclass(frozen=True)

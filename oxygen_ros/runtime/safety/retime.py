@@ -8,6 +8,8 @@ velocity shortened), ``acceleration`` (a change of velocity shortened).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .scaling import cap_norm, scale_step
@@ -40,12 +42,15 @@ def blend_weights(times_s: np.ndarray, from_s: float, blend_s: float) -> np.ndar
 def guard_positions(
     times_s: np.ndarray, positions: np.ndarray, *, start_s: float, reference: np.ndarray | None,
     max_velocity: np.ndarray, max_distance: np.ndarray, lower: np.ndarray, upper: np.ndarray,
-    end_s: float | None = None,
+    end_s: float | None = None, measured: np.ndarray | None = None, max_acceleration: float = math.inf,
+    from_rest: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, Hits]:  # fmt: skip
     """Position points (times from the trajectory's start, strictly increasing, all after ``start_s``: the
-    instant the joints are at ``reference``) held to the limits: clamped into [lower, upper]; each point's step
-    from the one before (the first: from ``reference``) shortened along its direction to ``max_distance``; then
+    instant the controller has the joints at ``reference``) held to the limits: clamped into [lower, upper]; then
     re-timed so that no joint moves faster than ``max_velocity`` (a segment takes at least its nominal time).
+    Every point lies within ``max_distance`` of ``measured`` (default: ``reference``): a point farther is moved
+    toward it along the line from there (LeRobot's ``max_relative_target`` for each point, measured
+    when the trajectory is sent: a chunk lasts a fraction of a second).
     Points the re-timing pushes past ``end_s`` (default: the last nominal time) are cut; the first point is always
     kept. Without a reference (nothing measured or sent yet) the first point is only clamped.
     Returns (times, positions, hits)."""
@@ -59,13 +64,16 @@ def guard_positions(
     out_t: list[float] = []
     out_p: list[np.ndarray] = []
     prev_p = None if reference is None else np.asarray(reference, dtype=np.float64)
+    # Every point within max_distance of the measured joints (else of the reference: where the path starts).
+    origin = prev_p if measured is None else np.asarray(measured, dtype=np.float64)
     prev_t_nominal, prev_t = start_s, start_s
     for t_nominal, target in zip(times, clamped):
         slow = binding = None
         if prev_p is None:
             point, t = target.copy(), float(t_nominal)
         else:
-            point, binding = scale_step(prev_p, target, max_distance)
+            # The point toward the target from where the trajectory is, kept within reach of the measured joints.
+            point, binding = scale_step(origin, target, max_distance)
             seg = np.abs(point - prev_p)
             with np.errstate(divide="ignore", invalid="ignore"):
                 need_each = np.where(seg > 0, seg / max_velocity, 0.0)
@@ -74,7 +82,7 @@ def guard_positions(
             if need > nominal * (1 + _EPS):
                 slow = need_each >= need * (1 - 1e-12)
             t = prev_t + max(nominal, need)
-        if out_t and t > end + _EPS:
+        if out_t and t > end + _EPS and not math.isfinite(max_acceleration):
             break  # re-timed past the chunk's end: cut (the next chunk takes over from here)
         if binding is not None:
             hits["distance"] += binding
@@ -83,7 +91,52 @@ def guard_positions(
         out_t.append(t)
         out_p.append(point)
         prev_p, prev_t, prev_t_nominal = point, t, float(t_nominal)
-    return np.asarray(out_t), np.stack(out_p), hits
+    out_times, out_points = np.asarray(out_t), np.stack(out_p)
+    if math.isfinite(max_acceleration) and reference is not None:
+        out_times, stretched = limit_accelerations(out_times, out_points, start_s, np.asarray(reference, dtype=np.float64),
+                                                   max_acceleration, from_rest)  # fmt: skip
+        hits["acceleration"] += stretched
+        kept = np.concatenate([[True], out_times[1:] <= end + _EPS])  # cut what now ends past the chunk
+        out_times, out_points = out_times[kept], out_points[kept]
+    return out_times, out_points, hits
+
+
+def limit_accelerations(times: np.ndarray, positions: np.ndarray, start_s: float, reference: np.ndarray,
+                        max_acceleration: float, from_rest: bool, rounds: int = 50) -> tuple[np.ndarray, np.ndarray]:
+    """Re-time a path (``reference`` at ``start_s``, then the points) so that no joint's velocity changes by more
+    than ``max_acceleration`` × the segment's duration from one segment to the next (``from_rest``: the first from
+    zero): the faster of two neighbouring segments is stretched until they agree. Returns (times, joints whose
+    segments were stretched)."""
+    path = np.vstack([reference, positions])
+    steps = np.diff(path, axis=0)
+    dts = np.diff(np.concatenate([[start_s], times]))
+    stretched = np.zeros(path.shape[1], dtype=bool)
+    for _ in range(rounds):
+        changed = False
+        v = steps / dts[:, None]
+        prev = np.vstack([np.zeros((1, v.shape[1])) if from_rest else v[:1], v[:-1]])
+        for i in range(len(dts)):
+            excess = np.abs(v[i] - prev[i]) - max_acceleration * dts[i]
+            if np.all(excess <= 1e-9):
+                continue
+            j = int(np.argmax(excess))
+            # the faster segment slows: its speed brought to what the other one's allows
+            if i > 0 and np.abs(prev[i][j]) > np.abs(v[i][j]):
+                k, allowed = i - 1, np.abs(v[i][j]) + max_acceleration * dts[i]
+            else:
+                k, allowed = i, np.abs(prev[i][j]) + max_acceleration * dts[i]
+            speed = np.abs(steps[k][j]) / dts[k]
+            if speed > allowed > 0:
+                dts[k] *= speed / allowed
+                stretched[j] = changed = True
+            elif allowed <= 0:
+                dts[k] *= 2.0
+                stretched[j] = changed = True
+            v = steps / dts[:, None]
+            prev = np.vstack([np.zeros((1, v.shape[1])) if from_rest else v[:1], v[:-1]])
+        if not changed:
+            break
+    return start_s + np.cumsum(dts), stretched
 
 
 def guard_velocities(
