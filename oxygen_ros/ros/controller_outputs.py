@@ -26,8 +26,7 @@ from oxygen_ros.interface.outputs import float64_array_msg, to_trajectory_msg, t
 from oxygen_ros.interface.settings import NodeSettings
 from oxygen_ros.runtime.alignment import align_chunk, aligned_trajectory
 from oxygen_ros.runtime.outputs import TWIST_REPEAT_S, ChunkStream, OutputSpec, limits_for
-from oxygen_ros.runtime.safety import RUN, SafetyGuard
-from oxygen_ros.runtime.trajectory import TimedTrajectory
+from oxygen_ros.runtime.safety import RUN, SafetyGuard, hold_trajectory
 
 MSG_TYPES = {"joint_trajectory": JointTrajectory, "float64_array": Float64MultiArray, "twist": TwistStamped}
 
@@ -118,12 +117,10 @@ class ControllerOutputs:
                 self._send(spec, command, now_ns)
 
     def _hold_trajectory(self, spec: OutputSpec, command: np.ndarray | None) -> JointTrajectory:
-        """One point at the measured position (zero velocities), reached in one step period; with nothing measured
-        an empty trajectory, which makes a joint_trajectory_controller hold where it is."""
-        if command is None:
+        held = hold_trajectory(spec, command, self.settings.step_period_s)
+        if held is None:  # nothing measured: an empty trajectory makes a joint_trajectory_controller hold where it is
             return JointTrajectory(joint_names=list(spec.joints))
-        timed = TimedTrajectory(spec.joints, np.array([self.settings.step_period_s]), command[None], 0)
-        return to_trajectory_msg(timed, spec.interface)
+        return to_trajectory_msg(held, spec.interface)
 
     def _on_stream(self) -> None:
         with self.lock:

@@ -24,7 +24,7 @@ from .limits import OutputLimits
 from .retime import Hits, blend_weights, empty_hits, guard_positions, guard_twist, guard_velocities
 from .scaling import scale_step
 
-__all__ = ["OutputGuard", "SafetyGuard"]
+__all__ = ["OutputGuard", "SafetyGuard", "hold_trajectory"]
 
 NS = 1_000_000_000
 DEFAULT_BLEND_S = 0.5
@@ -234,3 +234,11 @@ class SafetyGuard:
     def reset_outputs(self, now_ns: int | None = None) -> None:
         for guard in self.outputs.values():
             guard.reset(now_ns)
+
+
+def hold_trajectory(spec: OutputSpec, command: np.ndarray | None, step_period_s: float) -> TimedTrajectory | None:
+    """A joint trajectory output's hold: one point at ``command`` reached in one step period, started on receipt
+    (None: nothing to hold at; a joint trajectory controller given an empty trajectory holds where it is)."""
+    if command is None:
+        return None
+    return TimedTrajectory(spec.joints, np.array([step_period_s]), np.asarray(command, dtype=np.float64)[None], 0)

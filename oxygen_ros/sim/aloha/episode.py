@@ -24,7 +24,7 @@ from types import MappingProxyType
 import numpy as np
 
 from oxygen_ros.runtime.outputs import OutputSpec
-from oxygen_ros.runtime.safety import OutputLimits, SafetyGuard
+from oxygen_ros.runtime.safety import OutputLimits, SafetyGuard, hold_trajectory
 from oxygen_ros.runtime.trajectory import TimedTrajectory
 
 from ..follower import TrajectoryFollower, TrajectoryRejected
@@ -203,9 +203,9 @@ class AlohaEpisode:
         self.holds.append(f"{kind}: {reason}")
         self.guard.hold(kind, reason, now_ns)
         for spec in self.spec.wiring.outputs:
-            command = self.guard.hold_command(spec, now_ns)
-            if command is not None:
-                self._command(spec, TimedTrajectory(spec.joints, np.array([DT]), command[None], 0))
+            held = hold_trajectory(spec, self.guard.hold_command(spec, now_ns), DT)
+            if held is not None:
+                self._command(spec, held)
 
     def advance(self, until_s: float) -> None:
         """Run 20 ms steps up to ``until_s`` (episode time), or to the episode's end."""
