@@ -43,8 +43,9 @@ RELIABLE = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
 # A command is checked against every joint state the robot published this long before its arrival (the node's
 # latest measurement may be that old on a loaded machine: DDS delivery and the executor's turn).
 MEASURED_WITHIN_S = 0.5
-# The node and this checker share one executor: a command is seen when the executor gets to it (its turn).
-EXECUTOR_TURN_S = 0.015
+# The node and this checker share one executor (and the machine its cores): a command is seen when the executor
+# gets to it. The delays measured are printed; this is the slack the assertions allow on a loaded machine.
+EXECUTOR_TURN_S = 0.25
 TOL = 1e-6
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 # The model's outputs, one entry per chunk it is asked for (then "wild" again until the test ends).
@@ -185,10 +186,12 @@ class Robot:
         return state
 
     def was_near(self, names: tuple[str, ...], values: np.ndarray, within: np.ndarray, since: float) -> bool:
-        """Whether a joint state published since ``since`` had every joint within ``within`` of ``values``."""
+        """Whether one joint state published since ``since`` had every joint within ``within`` of every row of
+        ``values`` (the state the node measured)."""
         with self._lock:
             states = [st for t, st in self.history if t >= since] or [dict(self.q)]
-        return any(np.all(np.abs(values - np.array([st[n] for n in names])) <= within + TOL) for st in states)
+        rows = np.atleast_2d(values)
+        return any(np.all(np.abs(rows - np.array([st[n] for n in names])) <= within + TOL) for st in states)
 
     def trajectory(self, names: tuple[str, ...], times_ns: np.ndarray, positions: np.ndarray, now_ns: int) -> None:
         start = self.now(names)
@@ -249,10 +252,8 @@ def checker(driver: Any, s: S.NodeSettings, robot: Robot, out: Checked) -> list[
                     bad(f"trajectory out of range: {pts.min(0)} .. {pts.max(0)}")
                 if len(pts) > 1 and np.any(np.abs(np.diff(pts, axis=0)) > vmax * np.diff(times)[:, None] / 1e9 + TOL):
                     bad("trajectory faster than max_velocity")
-                if len(pts) > 1 and np.any(np.abs(np.diff(pts, axis=0)) > dmax + TOL):
-                    bad("a trajectory step beyond max_distance")
-                if measured is not None and len(pts) and not robot.was_near(spec.joints, pts[0], dmax, t - MEASURED_WITHIN_S):
-                    bad(f"first point {pts[0]} (of {len(pts)}) beyond max_distance of the measured {measured}")
+                if measured is not None and len(pts) and not robot.was_near(spec.joints, pts, dmax, t - MEASURED_WITHIN_S):
+                    bad(f"a point of {len(pts)} beyond max_distance of the measured {measured}: {pts}")
                 hold = len(pts) == 1
                 stamp = stamp_to_ns(msg.header.stamp) or now_ns
                 robot.trajectory(spec.joints, stamp + times, pts, now_ns)
