@@ -195,9 +195,11 @@ class Robot:
 
     def trajectory(self, names: tuple[str, ...], times_ns: np.ndarray, positions: np.ndarray, now_ns: int) -> None:
         start = self.now(names)
-        future = times_ns > now_ns  # a controller skips the points already past
-        if start is None or not np.any(future):
+        future = times_ns > now_ns  # a controller skips the points already past; all past: it goes to the last one
+        if start is None or not len(times_ns):
             return
+        if not np.any(future):
+            times_ns, positions, future = np.array([now_ns + 1]), positions[-1:], np.array([True])
         with self._lock:
             self.plans[names] = (np.concatenate([[now_ns], times_ns[future]]), np.vstack([start, positions[future]]))
 

@@ -96,6 +96,15 @@ def test_velocities_are_capped_along_their_direction_and_in_their_change() -> No
     assert hits["speed"][0] == 2 and hits["acceleration"][0] == 1
 
 
+def test_no_acceleration_limit_and_no_time_since_the_last_command_change_nothing() -> None:
+    out, hits = guard_twist(np.array([0.3, 0.0, 0.0, 0.0, 0.0, 0.1]), 0.0, previous=np.zeros(6), max_linear=INF,
+                            max_angular=INF, max_acceleration=INF)  # fmt: skip
+    assert out.tolist() == [0.3, 0.0, 0.0, 0.0, 0.0, 0.1] and not hits["acceleration"].any()
+    rows, _ = guard_velocities(np.array([[1.0, -1.0]]), 0.0, previous=np.zeros(2), max_velocity=np.array([INF, INF]),
+                               max_acceleration=INF)  # fmt: skip
+    assert rows.tolist() == [[1.0, -1.0]]
+
+
 def test_a_twist_is_capped_in_linear_and_angular_speed() -> None:
     out, hits = guard_twist(np.array([3.0, 4.0, 0.0, 0.0, 0.0, 0.2]), 0.05, previous=np.zeros(6), max_linear=1.0,
                             max_angular=1.0, max_acceleration=INF)  # fmt: skip

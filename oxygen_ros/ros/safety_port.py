@@ -36,6 +36,7 @@ __all__ = ["LATCHED", "SafetyPort", "SET_STOP_SERVICE"]
 LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 SET_STOP_SERVICE = "~/set_stop"
 HITS_LOG_EVERY_S = 2.0
+EXPECTED_HOLDS = ("clock_jump", "deactivate")
 _LEVEL = {RUN: DiagnosticStatus.OK, HOLD: DiagnosticStatus.WARN, STOP: DiagnosticStatus.WARN}
 
 
@@ -71,7 +72,9 @@ class SafetyPort:
         with self.outputs.lock:
             if self.guard.hold(kind, reason, self.node.get_clock().now().nanoseconds):
                 self.outputs.hold()
-                self.log._logger.warning(f"{self.log.label}HOLD: {reason}")
+                # An expected event (a clock that jumps, a deactivation) says so as info; a failure warns.
+                say = self.log._logger.info if kind in EXPECTED_HOLDS else self.log._logger.warning
+                say(f"{self.log.label}HOLD: {reason}")
 
     def _on_stop(self, msg: Bool) -> None:
         self.set_stop(bool(msg.data), "the stop topic")

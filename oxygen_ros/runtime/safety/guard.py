@@ -28,6 +28,7 @@ __all__ = ["OutputGuard", "SafetyGuard", "hold_trajectory"]
 
 NS = 1_000_000_000
 DEFAULT_BLEND_S = 0.5
+MIN_LEAD_STEPS = 0.25  # a guarded trajectory's first point lies at least this many step periods ahead
 
 
 class OutputGuard:
@@ -87,9 +88,9 @@ class OutputGuard:
         if not np.any(keep):
             return None, empty_hits(n)
         times, values = timed.times_s[keep], timed.positions[keep]
-        # The first point at least a step period ahead: a trajectory that is a little late on arrival must not find
-        # every point past (a controller would then skip to its last one).
-        times = times + max(0.0, elapsed + self.step_period_s - float(times[0]))
+        # The first point at least a quarter step ahead: a trajectory a little late on arrival must not find its
+        # points past (a controller skips those; finding all of them past it would go to the last one at once).
+        times = times + max(0.0, elapsed + MIN_LEAD_STEPS * self.step_period_s - float(times[0]))
         if self.velocity:
             previous = np.zeros(n) if resuming or self._last is None else self._last
             if resuming and self.blend_s > 0:

@@ -21,6 +21,11 @@ KINDS = ("range", "distance", "speed", "acceleration")
 _EPS = 1e-9
 
 
+def _change_bound(max_acceleration: float, dt_s: float) -> float:
+    """The largest change of a velocity in ``dt_s`` (no limit: inf, also for a zero dt)."""
+    return math.inf if not math.isfinite(max_acceleration) else max_acceleration * dt_s
+
+
 def empty_hits(n: int) -> Hits:
     return {k: np.zeros(n, dtype=np.int64) for k in KINDS}
 
@@ -155,7 +160,7 @@ def guard_velocities(
     for i, row in enumerate(rows):
         v, binding = scale_step(np.zeros(n), row, max_velocity)
         hits["speed"] += binding
-        v, binding = scale_step(prev, v, np.full(n, max_acceleration * dts[i]))
+        v, binding = scale_step(prev, v, np.full(n, _change_bound(max_acceleration, dts[i])))
         hits["acceleration"] += binding
         out[i] = prev = v
     return out, hits
@@ -174,7 +179,7 @@ def guard_twist(
     for part, cap in ((slice(0, 3), max_linear), (slice(3, 6), max_angular)):
         v, hit = cap_norm(t[part], cap)
         hits["speed"][part] += hit
-        change, hit = cap_norm(v - prev[part], max_acceleration * dt_s)
+        change, hit = cap_norm(v - prev[part], _change_bound(max_acceleration, dt_s))
         hits["acceleration"][part] += hit
         out[part] = prev[part] + change
     return out, hits
