@@ -57,7 +57,7 @@ class SafetyPort:
         self._timer = node.create_timer(settings.control_period_s, self._watch, callback_group=callback_group)
         self.unguarded = unguarded_lines(settings.outputs, settings.limits) if settings.publish_trajectory else []
         if self.unguarded:
-            log._logger.warning(f"{log.label}no limits for {'; '.join(self.unguarded)}: these commands reach the "
+            log.warning(f"no limits for {'; '.join(self.unguarded)}: these commands reach the "
                                 "controllers unchecked in speed (set limit_joints, limit_max_velocity, ...: docs/safety.md)")
 
     @property
@@ -73,8 +73,10 @@ class SafetyPort:
             if self.guard.hold(kind, reason, self.node.get_clock().now().nanoseconds):
                 self.outputs.hold()
                 # An expected event (a clock that jumps, a deactivation) says so as info; a failure warns.
-                say = self.log._logger.info if kind in EXPECTED_HOLDS else self.log._logger.warning
-                say(f"{self.log.label}HOLD: {reason}")
+                if kind in EXPECTED_HOLDS:
+                    self.log.info(f"HOLD: {reason}")
+                else:
+                    self.log.warning(f"HOLD: {reason}")
 
     def _on_stop(self, msg: Bool) -> None:
         self.set_stop(bool(msg.data), "the stop topic")
@@ -123,7 +125,7 @@ class SafetyPort:
         now = time.monotonic()
         if self._hits_pending and now - self._hits_logged_at >= HITS_LOG_EVERY_S:
             self._hits_logged_at = now
-            self.log._logger.warning(f"{self.log.label}limits acted (output/joint kind x count): "
+            self.log.warning(f"limits acted (output/joint kind x count): "
                                      f"{LimitCounter.describe(self._hits_pending)}")
             self._hits_pending.clear()
 
