@@ -329,7 +329,7 @@ class OxygenNode(InputCallbacks, ClockJumps, NodeReport, Node):
                                          lambda typ, topic, qos: self._make_publisher(typ, port.topic(topic), qos),
                                          RELIABLE, self._timer_group)  # fmt: skip
         port.safety = SafetyPort(self, port.outputs, store, port.log, s.for_robot(name), rt.n_action_steps, port.topic,
-                                 lambda: self.active, self._safety_group, prefix)  # fmt: skip
+                                 lambda: self.active, self._safety_group, prefix, lambda: self._jump_watch.epoch)  # fmt: skip
         port.text_pubs = {
             task.name: TextPublishers(
                 self._make_publisher(TextDelta, port.topic(text_topic(task.name)), TEXT_QOS),

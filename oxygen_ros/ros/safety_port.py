@@ -43,11 +43,12 @@ _LEVEL = {RUN: DiagnosticStatus.OK, HOLD: DiagnosticStatus.WARN, STOP: Diagnosti
 class SafetyPort:
     def __init__(self, node: Node, outputs: ControllerOutputs, store: InputStore, log: RobotLog, settings: NodeSettings,
                  n_action_steps: int, topic: Callable[[str], str], is_active: Callable[[], bool],
-                 callback_group: Any, prefix: str) -> None:  # fmt: skip
+                 callback_group: Any, prefix: str, jump_epoch: Callable[[], int] = lambda: 0) -> None:  # fmt: skip
         self.node, self.outputs, self.guard = node, outputs, outputs.guard
         self.store, self.log, self.settings = store, log, settings
         self.n_action_steps = n_action_steps
         self._is_active = is_active
+        self._jump_epoch = jump_epoch  # the node clock's jump epoch (odd while a jump is made and handled)
         self._name = f"{prefix}: safety"
         self._hits_logged_at = 0.0
         self._hits_pending: Counter[tuple[str, str, str]] = Counter()
@@ -102,9 +103,11 @@ class SafetyPort:
     # ------------------------------------------------------------------------------------- watchdog
     def _watch(self) -> None:
         self._log_hits()
-        if not self._is_active() or self.guard.state.state != RUN:
-            return
+        epoch = self._jump_epoch()
         now_ns = self.node.get_clock().now().nanoseconds
+        # A time read while the clock jumps belongs to the other timeline (the jump itself holds the outputs).
+        if epoch % 2 or self._jump_epoch() != epoch or not self._is_active() or self.guard.state.state != RUN:
+            return
         last = self.outputs.last_commanded_ns
         if last is not None and now_ns - last > self.deadline_s * 1e9:
             self.hold("model_stall", f"no chunk for {(now_ns - last) / 1e9:.2f} s (deadline {self.deadline_s:.2f} s): "
