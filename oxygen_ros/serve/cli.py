@@ -70,8 +70,10 @@ def build(args: argparse.Namespace) -> PolicyServer:
     if metadata is not None and not isinstance(metadata, dict):
         raise ValueError("--metadata must be a JSON map")
     config = load_config(args.params_file, args.node_name)
-    layout = layout_for(config.embodiment, args.layout)  # refused before the model is loaded
+    if args.layout is None and config.embodiment != "auto":
+        layout_for(config.embodiment)  # refused before the model is loaded
     runtime = PolicyRuntime.load(config)
+    layout = layout_for(runtime.adapter.name, args.layout)  # auto: the checkpoint's openpi asset id decided
     scheduler = FleetScheduler(runtime, max_robots=args.max_clients, one_at_a_time=args.one_at_a_time,
                                batch_window_s=args.batch_window_ms / 1000, answer_max_tokens=args.answer_max_tokens)
     options = ServeOptions(args.host, args.port, args.api_key, args.default_prompt, args.max_message_bytes,

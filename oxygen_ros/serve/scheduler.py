@@ -93,7 +93,10 @@ class FleetScheduler:
     def acquire(self) -> str | None:
         """A free robot for a new connection (None: all taken)."""
         with self._cond:
-            return self._free.pop(0) if self._free else None
+            if not self._free:
+                return None
+            self._free.sort(key=list(self._robots).index)  # the lowest free robot: connections in order get 0, 1, ...
+            return self._free.pop(0)
 
     def release(self, robot: str) -> None:
         """The connection ended: the worker frees the robot's text and KV, then it is free again."""
@@ -200,9 +203,9 @@ class FleetScheduler:
             if request.robot not in results:
                 continue
             robot = self._robots[request.robot]
+            reply: dict[str, Any] = {"actions": results[request.robot].actions, "policy_timing": {"infer_ms": infer_ms},
+                                     "frame": robot.frames, **robot.board.reply_fields()}  # fmt: skip
             robot.frames += 1
-            reply: dict[str, Any] = {"actions": results[request.robot].actions,
-                                     "policy_timing": {"infer_ms": infer_ms}, **robot.board.reply_fields()}  # fmt: skip
             if request.robot in asked:
                 reply["asked"] = asked[request.robot]
             latencies.append((now - request.received) * 1000)
