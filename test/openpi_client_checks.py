@@ -109,10 +109,12 @@ def bad_request(port: int, kind: str) -> dict:
 
 
 def api_key(port: int, key: str) -> dict:
-    out = {}
-    for name, given in (("none", None), ("wrong", key + "x"), ("right", key)):
+    """Without, with a wrong and with the right key; then one more robot than a one-robot server serves."""
+    out, held = {}, []
+    for name, given in (("none", None), ("wrong", key + "x"), ("right", key), ("full", key)):
         try:
-            out[name] = {"metadata": WebsocketClientPolicy("127.0.0.1", port, api_key=given).get_server_metadata()}
+            held.append(WebsocketClientPolicy("127.0.0.1", port, api_key=given))
+            out[name] = {"metadata": held[-1].get_server_metadata()}
         except Exception as exc:  # noqa: BLE001
             out[name] = {"raised": type(exc).__name__, "status": getattr(getattr(exc, "response", None), "status_code", None)}
     return out
@@ -163,22 +165,85 @@ def path(port: int) -> dict:
 def vanish(port: int) -> dict:
     """A client that sends a request and disappears before the reply; another client is served meanwhile."""
     uri = f"ws://127.0.0.1:{port}"
-    raw = websockets.sync.client.connect(uri, compression=None, max_size=None)
-    raw.recv()
-    other = WebsocketClientPolicy("127.0.0.1", port)
-    raw.send(msgpack_numpy.packb(aloha_obs(0)))
-    raw.socket.close()  # gone without a closing handshake
+    with websockets.sync.client.connect(uri, compression=None, max_size=None) as raw:
+        raw.recv()
+        other = WebsocketClientPolicy("127.0.0.1", port)
+        raw.send(msgpack_numpy.packb(aloha_obs(0)))
+        raw.socket.close()  # gone without a closing handshake
     t0 = time.monotonic()
     shapes = [list(other.infer(aloha_obs(i))["actions"].shape) for i in range(3)]
     return {"shapes": shapes, "seconds": time.monotonic() - t0}
 
 
+def busy(port: int) -> dict:
+    """While two robots keep the engine busy: health checks, new handshakes and pings are answered."""
+    import urllib.request
+
+    stop = threading.Event()
+    served = [0, 0]
+
+    def robot(i: int) -> None:
+        policy = WebsocketClientPolicy("127.0.0.1", port)
+        while not stop.is_set():
+            policy.infer(aloha_obs(i))
+            served[i] += 1
+
+    workers = [threading.Thread(target=robot, args=(i,)) for i in range(2)]
+    for w in workers:
+        w.start()
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    health, handshakes, pongs = 0, 0, 0
+    try:
+        time.sleep(0.5)
+        for _ in range(5):
+            with opener.open(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+                health += response.read() == b"OK\n"
+            with websockets.sync.client.connect(f"ws://127.0.0.1:{port}", compression=None, max_size=None,
+                                                open_timeout=5) as conn:  # fmt: skip
+                handshakes += isinstance(conn.recv(timeout=5), bytes)
+                pongs += conn.ping().wait(5)
+    finally:
+        stop.set()
+        for w in workers:
+            w.join()
+    return {"health": health, "handshakes": handshakes, "pongs": pongs, "served": served}
+
+
+def stalled(port: int) -> dict:
+    """A client that stops in the middle of a frame (its header promises 1 MB) does not hold up another."""
+    import socket
+
+    with websockets.sync.client.connect(f"ws://127.0.0.1:{port}", compression=None, max_size=None) as stuck:
+        stuck.recv()
+        sock: socket.socket = stuck.socket
+        sock.sendall(bytes([0x82, 0xFF]) + (1 << 20).to_bytes(8, "big") + b"\0\0\0\0" + b"x" * 1000)  # masked binary frame
+        other = WebsocketClientPolicy("127.0.0.1", port)
+        shapes = [list(other.infer(aloha_obs(i))["actions"].shape) for i in range(3)]
+        sock.close()
+    return {"shapes": shapes}
+
+
+def ask(port: int) -> dict:
+    """A request's question: accepted at once ("asked"), answered in later replies ("answers")."""
+    policy = WebsocketClientPolicy("127.0.0.1", port)
+    obs = aloha_obs(0)
+    obs["ask"] = "where is the cube?"
+    first = policy.infer(obs)
+    answers = []
+    for i in range(12):
+        reply = policy.infer(aloha_obs(i + 1))
+        answers += reply.get("answers", [])
+        if any(a["done"] for a in answers):
+            break
+    refused = policy.infer({**aloha_obs(20), "ask": "cube " * 90})  # too long for a prompt: refused, not an error
+    return {"asked": first.get("asked"), "answers": answers, "refused": refused.get("asked")}
+
+
 def raw_bytes(port: int) -> dict:
-    conn = websockets.sync.client.connect(f"ws://127.0.0.1:{port}", compression=None, max_size=None)
-    first = conn.recv()
-    conn.send(msgpack_numpy.packb(aloha_obs(0)))
-    reply = conn.recv()
-    conn.close()
+    with websockets.sync.client.connect(f"ws://127.0.0.1:{port}", compression=None, max_size=None) as conn:
+        first = conn.recv()
+        conn.send(msgpack_numpy.packb(aloha_obs(0)))
+        reply = conn.recv()
     raw = msgpack.unpackb(reply, raw=False)
     actions = raw["actions"]
     decoded = msgpack_numpy.unpackb(reply)
@@ -209,7 +274,8 @@ def infer_file(port: int, obs_path: str, out_path: str) -> dict:
 
 
 CHECKS = {"basics": basics, "error": error, "bad_request": bad_request, "api_key": api_key, "threads": threads,
-          "path": path, "vanish": vanish, "raw_bytes": raw_bytes, "infer_file": infer_file}  # fmt: skip
+          "path": path, "vanish": vanish, "raw_bytes": raw_bytes, "infer_file": infer_file, "busy": busy, "stalled": stalled,
+          "ask": ask}  # fmt: skip
 
 if __name__ == "__main__":
     check, port, *rest = sys.argv[1:]

@@ -112,7 +112,7 @@ def _wait_healthy(served: Served) -> None:
     raise AssertionError(f"/healthz never answered OK\n{served.log}")
 
 
-def run_client(python: Path, command: str, *args: str, timeout_s: float = 300.0) -> dict:
+def run_client(python: Path, command: str, *args: str, timeout_s: float = 120.0) -> dict:
     """Run one check of ``openpi_client_checks.py`` in the client's venv; returns the JSON it prints last."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run([str(python), str(CHECKS), command, *args], capture_output=True, text=True,

@@ -4,6 +4,7 @@ committed ALOHA policy: the protocol as openpi's client and server define it (do
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 from pathlib import Path
 
@@ -18,7 +19,7 @@ BROKER_H = 10  # openpi's aloha_sim replans every 10 steps
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory):
-    with oxygen_serve(PARAMS, "--max-clients", "4", "--default-prompt", "Transfer cube", log_dir=tmp_path_factory.mktemp("serve")) as s:
+    with oxygen_serve(PARAMS, "--max-clients", "8", "--default-prompt", "Transfer cube", log_dir=tmp_path_factory.mktemp("serve")) as s:
         yield s
 
 
@@ -79,9 +80,11 @@ def test_vanished_client_frees_its_robot(served) -> None:
     for _ in range(50):
         with opener.open(f"http://127.0.0.1:{served.port}/stats", timeout=5) as response:
             stats = json.loads(response.read())
-        if stats["connected"] == 0:
+        if stats["connected"] == 0 and stats.get("kv_used_bytes") == 0:
             break
+        time.sleep(0.1)
     assert stats["connected"] == 0 and stats["disconnects.abrupt"] >= 1, stats
+    assert stats["kv_used_bytes"] == 0 and stats["live_text_requests"] == 0, stats  # the robots' text and KV freed
     assert "connection lost" in served.log
 
 
@@ -91,3 +94,20 @@ def test_api_key(tmp_path: Path) -> None:
     assert out["none"] == {"raised": "InvalidStatus", "status": 401}
     assert out["wrong"] == {"raised": "InvalidStatus", "status": 401}
     assert out["right"] == {"metadata": {"reset_pose": [0.0, -0.96, 1.16, 0.0, -0.3, 0.0]}}
+    assert out["full"] == {"raised": "InvalidStatus", "status": 503}  # --max-clients 1, and one robot is connected
+
+
+def test_served_during_inference_and_past_a_stalled_client(served) -> None:
+    python = client_python("0.1.2")
+    out = run_client(python, "busy", str(served.port))
+    assert out["health"] == out["handshakes"] == out["pongs"] == 5 and min(out["served"]) > 0, out
+    assert run_client(python, "stalled", str(served.port))["shapes"] == [[H, 14]] * 3
+
+
+def test_question_answered_in_a_later_reply(served) -> None:
+    out = run_client(client_python("0.1.2"), "ask", str(served.port))
+    request_id = out["asked"]["id"]
+    mine = [a for a in out["answers"] if a["id"] == request_id]
+    assert mine and mine[-1]["done"] and mine[-1]["question"] == "where is the cube?", out
+    assert mine[-1]["frame"] == 0  # forked from the frame that carried the question
+    assert "refused" in out["refused"] and "tokens" in out["refused"]["refused"], out

@@ -25,7 +25,7 @@ from oxygen_ros.runtime.paths import with_resolved_paths
 from oxygen_ros.runtime.policy import PolicyRuntime, RuntimeLoadError
 
 from .layouts import LAYOUTS, layout_for
-from .scheduler import FleetScheduler
+from .scheduler import FLEET_MODES, FleetScheduler
 from .server import PolicyServer, ServeOptions
 
 log = logging.getLogger("oxygen_ros.serve")
@@ -54,6 +54,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--layout", choices=sorted(LAYOUTS), default=None,
                    help="openpi observation keys (default: the parameters file's embodiment)")
     p.add_argument("--metadata", default=None, help="JSON map sent first on each connection (default: the layout's)")
+    p.add_argument("--engine-mode", choices=FLEET_MODES, default=None,
+                   help="override the parameters file's engine_mode (action_only: chunks without text)")
     p.add_argument("--one-at-a-time", action="store_true", help="one request per engine tick, as openpi's server")
     p.add_argument("--batch-window-ms", type=float, default=10.0,
                    help="how long a tick waits for the other connected robots' requests (default 10)")
@@ -70,6 +72,8 @@ def build(args: argparse.Namespace) -> PolicyServer:
     if metadata is not None and not isinstance(metadata, dict):
         raise ValueError("--metadata must be a JSON map")
     config = load_config(args.params_file, args.node_name)
+    if args.engine_mode:
+        config = dataclasses.replace(config, engine_mode=args.engine_mode)
     if args.layout is None and config.embodiment != "auto":
         layout_for(config.embodiment)  # refused before the model is loaded
     runtime = PolicyRuntime.load(config)

@@ -70,6 +70,7 @@ class FleetScheduler:
         self._released: list[str] = []
         self._cond = threading.Condition()
         self._stop = False
+        self.engine_figures: dict[str, int] = {}  # the engine's KV and text figures after the worker's latest round
         self._thread = threading.Thread(target=self._run, name="oxygen-serve-engine", daemon=True)
 
     # ---------------------------------------------------------------------------------- event loop side
@@ -140,6 +141,9 @@ class FleetScheduler:
                     self._tick(batch)
                 elif self._text_live():
                     self._route(self.runtime.engine.decode_step())
+                engine = self.runtime.stats()
+                self.engine_figures = {"kv_used_bytes": engine.kv_used_bytes, "live_text_requests": engine.live_requests,
+                                       "waiting_text_requests": engine.waiting_requests}  # fmt: skip
             except Exception as exc:  # the worker never dies: the requests of this round get the error
                 log.exception("engine failure")
                 self.stats.count("errors.engine")

@@ -61,7 +61,7 @@ class PolicyServer:
             self.stats.count("refused.api_key")
             return connection.respond(HTTPStatus.UNAUTHORIZED, "missing or wrong 'Authorization: Api-Key <key>' header\n")
         if path == "/stats":
-            body = {"connected": self.open_connections, **self.stats.snapshot()}
+            body = {"connected": self.open_connections, **self.stats.snapshot(), **self.scheduler.engine_figures}
             return connection.respond(HTTPStatus.OK, json.dumps(body, sort_keys=True) + "\n")
         if self.scheduler.free_robots == 0:
             self.stats.count("refused.full")
