@@ -103,3 +103,16 @@ def test_text_board_keeps_each_task_latest_and_answers_until_done() -> None:
     out = board.reply_fields()
     assert out["text"]["narration"]["text"] == " hand" and out["text"]["narration"]["frame"] == 2
     assert out["answers"][0]["done"] and "answers" not in board.reply_fields()  # sent once finished
+
+
+def test_cli_refuses_bad_settings_before_serving(tmp_path, capsys) -> None:
+    from oxygen_ros.serve.cli import main
+
+    assert main(["--params-file", str(tmp_path / "missing.yaml")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    params = tmp_path / "p.yaml"
+    params.write_text("embodiment: scale_offset\nunit_scale: [1.0]\n")
+    assert main(["--params-file", str(params), "--port", "0"]) == 2
+    assert "no openpi observation layout for embodiment 'scale_offset'" in capsys.readouterr().err
+    assert main(["--params-file", str(params), "--metadata", "[1]"]) == 2
+    assert "--metadata must be a JSON map" in capsys.readouterr().err

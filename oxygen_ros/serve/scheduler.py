@@ -20,7 +20,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from oxygen_ros.engine import QuestionRefused
+from oxygen_ros.engine import FrameInput, QuestionRefused
 from oxygen_ros.runtime.policy import InputError, PolicyRuntime
 
 from .layouts import Observation, ObservationError
@@ -161,14 +161,13 @@ class FleetScheduler:
         with self._cond:
             self._free.append(name)
 
-    def _frame(self, request: _Request) -> Any:
+    def _frame(self, request: _Request) -> FrameInput:
         robot, obs = self._robots[request.robot], request.obs
         images = list(obs.images)
         slots = self.runtime.num_image_slots
         if any(image is not None for image in images[slots:]):
             raise ObservationError(f"the model has {slots} image slots; the request fills slot {len(images) - 1}")
-        frame = self.runtime.make_frame(images[:slots], obs.state, obs.prompt, time.time_ns(), robot.frames)
-        return frame
+        return self.runtime.make_frame(images[:slots], obs.state, obs.prompt, time.time_ns(), robot.frames)
 
     def _ask(self, request: _Request) -> dict[str, Any]:
         question = request.obs.ask
