@@ -4,7 +4,7 @@ vs the same engine serving one request at a time (``--one-at-a-time``, openpi's 
     python -m oxygen_ros.serve.bench --params-file config/aloha_demo.yaml --clients 1,2,4,8 --seconds 15
 
 Both servers run from the start (loopback, free ports); for each fleet size the two are measured in turn,
-``--repeats`` times, so a machine shared with other work loads both alike. Each client sends its next request
+``--repeats`` times, each mode first as often as the other, so a machine shared with other work loads both alike. Each client sends its next request
 as soon as its reply arrives (no think time: the server is the bottleneck) with a fixed observation of the
 layout. Prints chunks/s, latency p50/p95 per mode and the ratio batched ÷ one at a time: the mean over the
 repeats and the floor (the lowest pair).
@@ -128,8 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'clients':>7} {'mode':>14} {'chunks/s':>9} {'p50 ms':>8} {'p95 ms':>8} {'ratio':>6}")
         for n in sizes:
             rates: dict[str, list[float]] = {"batched": [], "one at a time": []}
-            for _ in range(args.repeats):
-                for mode, port in (("batched", batched), ("one at a time", single)):
+            for repeat in range(args.repeats):
+                pair = [("batched", batched), ("one at a time", single)]
+                for mode, port in pair if repeat % 2 == 0 else pair[::-1]:  # each mode goes first as often
                     rate, p50, p95 = measure(port, args.layout, n, args.seconds)
                     rates[mode].append(rate)
                     print(f"{n:>7} {mode:>14} {rate:>9.1f} {p50:>8.0f} {p95:>8.0f}", flush=True)
