@@ -11,7 +11,7 @@ import yaml
 
 from layouts import REF_TINY, openpi_converted, openpi_norm_stats, random_model, stats_arrays
 from openpi_client_env import client_python, oxygen_serve, run_client
-from oxygen_ros.model.tokenizer import train_tokenizer
+from oxygen_ros.model.tokenizers.tokenizer import train_tokenizer
 from oxygen_ros.runtime import PolicyRuntime
 from oxygen_ros.serve.cli import load_config
 
