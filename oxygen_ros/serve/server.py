@@ -95,15 +95,15 @@ class PolicyServer:
                 try:
                     obs = self.layout.observation(unpack(message), self.options.default_prompt)
                     reply = await asyncio.wrap_future(self.scheduler.submit(robot, obs))
+                    timing = {"infer_ms": (time.monotonic() - received) * 1000}
+                    if prev_total_ms is not None:
+                        timing["prev_total_ms"] = prev_total_ms
+                    frame = pack({**reply, "server_timing": timing})
                 except Exception as exc:  # noqa: BLE001 - every failure ends this connection the protocol's way
                     why = self._describe(exc)
                     await self._fail(ws, exc)
                     break
-                timing = {"infer_ms": (time.monotonic() - received) * 1000}
-                if prev_total_ms is not None:
-                    timing["prev_total_ms"] = prev_total_ms
-                reply["server_timing"] = timing
-                await ws.send(pack(reply))
+                await ws.send(frame)
                 served += 1
                 self.stats.count("requests")
                 prev_total_ms = (time.monotonic() - start) * 1000
