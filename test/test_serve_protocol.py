@@ -111,3 +111,13 @@ def test_question_answered_in_a_later_reply(served) -> None:
     assert mine and mine[-1]["done"] and mine[-1]["question"] == "where is the cube?", out
     assert mine[-1]["frame"] == 0  # forked from the frame that carried the question
     assert "refused" in out["refused"] and "tokens" in out["refused"]["refused"], out
+
+
+def test_one_at_a_time_serves_each_robot_alone(tmp_path: Path) -> None:
+    """openpi's behaviour as a flag: one request per engine tick, so a robot's chunk is exactly its chunk alone."""
+    with oxygen_serve(PARAMS, "--one-at-a-time", "--max-clients", "3", "--default-prompt", "Transfer cube",
+                      log_dir=tmp_path) as s:  # fmt: skip
+        out = run_client(client_python("0.1.2"), "threads", str(s.port), "3", "3")
+        log = s.log
+    assert out["replies"] == 9 and out["max_diff"] == 0.0 and out["distinct"] > 1e-3, out
+    assert "one request at a time" in log
