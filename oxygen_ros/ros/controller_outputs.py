@@ -3,7 +3,8 @@
 joint_trajectory outputs send one JointTrajectory per chunk (timed as ``alignment`` says); float64_array and
 twist outputs are streamed by a timer: the row of the latest chunk due now, a twist at least every
 ``TWIST_REPEAT_S`` (MoveIt Servo drops commands older than ~0.1 s), and a zero command once when the chunk
-ends for velocity and twist outputs, so the robot stops instead of repeating its last command.
+ends for velocity and twist outputs, so the robot stops instead of repeating its last command. A position_step output
+sends the joints' measured positions plus the step due now; without a fresh joint state it sends nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from trajectory_msgs.msg import JointTrajectory
 from oxygen_ros.interface.outputs import float64_array_msg, to_trajectory_msg, twist_msg
 from oxygen_ros.interface.settings import NodeSettings
 from oxygen_ros.runtime.alignment import align_chunk, aligned_trajectory
-from oxygen_ros.runtime.outputs import TWIST_REPEAT_S, ChunkStream, OutputSpec, limits_for
+from oxygen_ros.runtime.outputs import TWIST_REPEAT_S, ChunkStream, OutputSpec, limits_for, step_targets
 
 MSG_TYPES = {"joint_trajectory": JointTrajectory, "float64_array": Float64MultiArray, "twist": TwistStamped}
 
@@ -29,9 +30,10 @@ MSG_TYPES = {"joint_trajectory": JointTrajectory, "float64_array": Float64MultiA
 class ControllerOutputs:
     def __init__(
         self, node: Node, settings: NodeSettings, make_publisher: Callable[[Any, str, QoSProfile], Publisher],
-        qos: QoSProfile, callback_group: Any = None,
+        qos: QoSProfile, callback_group: Any = None, measured_state: Callable[[], np.ndarray | None] = lambda: None,
     ) -> None:  # fmt: skip
         self.node = node
+        self.measured_state = measured_state  # the latest fresh joint state (joint_names order) for position_step
         self.settings = settings
         self.publishers = {s.name: make_publisher(MSG_TYPES[s.type], s.topic, qos) for s in settings.outputs}
         self.streamed = [s for s in settings.outputs if s.streamed]
@@ -79,7 +81,12 @@ class ControllerOutputs:
         row = self.stream.due(now_ns)
         for spec in self.streamed:
             if row is not None and np.all(np.isfinite(row)):
-                self._send(spec, spec.values(row), now_ns)
+                values = spec.values(row)
+                if spec.steps:
+                    values = step_targets(spec, values, self.measured_state(), self.settings.joint_names)
+                    if values is None:
+                        continue
+                self._send(spec, values, now_ns)
                 self._moving.add(spec.name)
             elif spec.name in self._moving:
                 self._moving.discard(spec.name)

@@ -46,7 +46,7 @@ from rclpy.parameter import Parameter
 from rclpy.publisher import Publisher
 from rclpy.event_handler import QoSRequestedIncompatibleQoSInfo
 from rclpy.exceptions import InvalidHandle
-from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_policy_name_from_kind, qos_profile_sensor_data
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_policy_name_from_kind, qos_profile_sensor_data
 from rcl_interfaces.msg import SetParametersResult
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
@@ -58,6 +58,7 @@ from oxygen_ros.interface.outputs import JointLimits, final_text_topic, text_top
 from oxygen_ros.runtime import InputError, PolicyRuntime, RuntimeConfig
 from oxygen_ros.runtime.alignment import ChunkTooLate, replan_due
 from oxygen_ros.runtime.clock_jumps import ClockJump
+from oxygen_ros.runtime.reset_pose import reset_pose, reset_targets
 from oxygen_ros.runtime.startup import process_age_s
 
 from . import node_params
@@ -78,6 +79,7 @@ RuntimeLoader = Callable[[RuntimeConfig], Any]  # PolicyRuntime.load or a test d
 
 RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 TEXT_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)  # deltas must not be lost
+LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 # Until the first chunk, or this long after activation, inputs that have not arrived yet (the robot or the
 # simulator is still starting) are expected: one info line, no warnings.
 STARTUP_GRACE_S = 30.0
@@ -252,6 +254,9 @@ class OxygenNode(Node):
                 port.outputs = None
             for pub in port.publishers():
                 self._destroy_publisher(pub)
+            if port.reset_pose_pub is not None:
+                self.destroy_publisher(port.reset_pose_pub)
+                port.reset_pose_pub = None
             port.chunk_pub, port.text_pubs = None, {}
         self._ports = []
 
@@ -315,15 +320,18 @@ class OxygenNode(Node):
             [*s.camera_sizes, *[(0, 0)] * unused],
             use_state=bool(s.joint_names),
             max_instruction_chars=s.max_instruction_chars,
+            state_parts=[(self.resolve_topic_name(robot_topic(name, j.topic, node_name)), j.indices) for j in s.joint_sources],
         )
         prefix = diagnostics_prefix(name)
-        topic_stats = TopicStatistics([*(t for t in cameras if t), *(["joint_states"] if s.joint_names else [])], prefix=prefix)
+        topic_stats = TopicStatistics([*(t for t in cameras if t), *(store.state_names if s.joint_names else [])], prefix=prefix)
         port = RobotPorts(name, key, node_name, store, Diagnostics(self._chunk_rate_hz(name), prefix=prefix), topic_stats,
                           self._asks[ask_name], RobotLog(self.get_logger(), name))  # fmt: skip
         port.chunk_pub = self._make_publisher(ActionChunk, port.topic("~/action_chunk"), RELIABLE)
+        max_age_ns = int(s.max_observation_age_s * 1e9)
         port.outputs = ControllerOutputs(self, s.for_robot(name),
                                          lambda typ, topic, qos: self._make_publisher(typ, port.topic(topic), qos),
-                                         RELIABLE, self._timer_group)  # fmt: skip
+                                         RELIABLE, self._timer_group,
+                                         lambda: store.measured_state(self._now_ns(), max_age_ns))  # fmt: skip
         port.text_pubs = {
             task.name: TextPublishers(
                 self._make_publisher(TextDelta, port.topic(text_topic(task.name)), TEXT_QOS),
@@ -332,7 +340,18 @@ class OxygenNode(Node):
             for task in rt.config.tasks
         }
         port.ask.attach(rt, max_tokens=s.ask_max_tokens, max_goals=s.ask_max_goals, robot=key)
+        self._offer_reset_pose(port)
         return port
+
+    def _offer_reset_pose(self, port: RobotPorts) -> None:
+        """The policy's reset pose on ~/reset_pose (latched; a plain publisher: offered while configured), one entry
+        per joint of each arm output it applies to, for whatever resets the robot between episodes."""
+        targets = reset_targets(reset_pose(self._values), self.settings.outputs)
+        if not targets:
+            return
+        port.reset_pose_pub = self.create_publisher(JointState, port.topic("~/reset_pose"), LATCHED)
+        port.reset_pose_pub.publish(JointState(name=[j for spec, _ in targets for j in spec.joints],
+                                               position=[x for _, pose in targets for x in pose]))  # fmt: skip
 
     def _create_subscriptions(self) -> None:
         for port in self._ports:
@@ -347,8 +366,8 @@ class OxygenNode(Node):
             msg_type, callback = (CompressedImage, self._on_compressed) if s.camera_compressed[slot] else (Image, self._on_image)
             subs.append(self.create_subscription(msg_type, port.topic(topic), partial(callback, port, slot),
                                                  qos_profile_sensor_data, callback_group=self._input_group))
-        if s.joint_names:
-            subs.append(self.create_subscription(JointState, port.topic(s.joint_state_topic), partial(self._on_joint_state, port),
+        for source, joints in enumerate(s.joint_sources):  # one per joint-state topic (none without joint_names)
+            subs.append(self.create_subscription(JointState, port.topic(joints.topic), partial(self._on_joint_state, port, source),
                                                  qos_profile_sensor_data, callback_group=self._input_group))
         port.instruction = InstructionSubscription(self, port.topic(s.instruction_topic), partial(self._on_instruction, port),
                                                    partial(self._on_incompatible_instruction, port), self._input_group)  # fmt: skip
@@ -439,15 +458,15 @@ class OxygenNode(Node):
         if reason:
             port.log.warn("bad_image", reason)
 
-    def _on_joint_state(self, port: RobotPorts, msg: JointState) -> None:
+    def _on_joint_state(self, port: RobotPorts, source: int, msg: JointState) -> None:
         recv = self._now_ns()
         stamp = stamp_to_ns(msg.header.stamp)
         try:
-            positions = joint_positions(msg, self.settings.joint_names)
+            positions = joint_positions(msg, self.settings.joint_sources[source].names)
         except Exception as exc:
-            port.log.warn("bad_joint_state", port.store.reject_joint_state(str(exc), stamp, recv))
+            port.log.warn("bad_joint_state", port.store.reject_joint_state(str(exc), stamp, recv, source))
             return
-        port.store.put_joint_state(positions, stamp, recv)
+        port.store.put_joint_state(positions, stamp, recv, source)
 
     def _on_instruction(self, port: RobotPorts, msg: String, info: Any) -> None:
         reason = port.store.put_instruction(msg.data, self._now_ns(), sent_ns=int(info.get("source_timestamp", 0)))
