@@ -40,7 +40,7 @@ from oxygen_ros.interface.outputs import float64_array_msg, to_trajectory_msg, t
 from oxygen_ros.interface.settings import model_fit_problems
 from oxygen_ros.runtime import InputError, PolicyRuntime
 from oxygen_ros.runtime.alignment import ChunkTooLate, align_chunk, aligned_trajectory, replan_due
-from oxygen_ros.runtime.outputs import limits_for, stream_rows
+from oxygen_ros.runtime.outputs import limits_for, step_targets, stream_rows
 
 from .bagio import (
     ACTION_CHUNK, COMPRESSED_IMAGE, FLOAT64_ARRAY, IMAGE, JOINT_STATE, JOINT_TRAJECTORY, NS_PER_S, STRING, TEXT_DELTA,
@@ -97,6 +97,7 @@ class OfflineReplay:
         self.optional = list(s.camera_optional)
         self.use_state = bool(s.joint_names)
         self.slot_of = {t: i for i, t in enumerate(self.cameras) if t}
+        self.state_source = {t: i for i, t in enumerate(config.joint_state_topics)}  # joint-state topic → source
         # results
         self.skips: Counter[str] = Counter()
         self.skipped_ticks: list[dict[str, Any]] = []
@@ -146,7 +147,7 @@ class OfflineReplay:
                 " map recorded topics with --remap /recorded:=/configured"
             )
         read = list(usable)
-        for topic, want, needed in ((self.config.joint_state_topic, JOINT_STATE, self.use_state),
+        for topic, want, needed in (*((t, JOINT_STATE, self.use_state) for t in self.state_source),
                                     (self.config.instruction_topic, STRING, False)):  # fmt: skip
             info = topics.get(topic)
             if info is not None and info.msgtype == want:
@@ -182,14 +183,15 @@ class OfflineReplay:
                 store.reject_image(slot, str(exc), stamp, recv)
                 return
             store.put_image(slot, image, stamp, recv, str(obj.header.frame_id))
-        elif msg.topic == self.config.joint_state_topic:
+        elif msg.topic in self.state_source:
             stamp = stamp_to_ns(obj.header.stamp)
+            source = self.state_source[msg.topic]
             try:
-                positions = joint_positions(obj, self.config.settings.joint_names)
+                positions = joint_positions(obj, self.config.settings.joint_sources[source].names)
             except Exception as exc:  # noqa: BLE001 - as the node
-                store.reject_joint_state(str(exc), stamp, recv)
+                store.reject_joint_state(str(exc), stamp, recv, source)
                 return
-            store.put_joint_state(positions, stamp, recv)
+            store.put_joint_state(positions, stamp, recv, source)
         elif msg.topic == self.config.instruction_topic:
             store.put_instruction(str(obj.data), recv)
 
@@ -239,14 +241,16 @@ class OfflineReplay:
         self.chunks += 1
         if s.publish_trajectory and s.outputs:
             try:  # the node's rules (time_alignment, streaming), so the bag shows what each controller would get
-                self._write_outputs(writer, runtime, actions, obs.stamp_ns, latency_s, now_ns)
+                self._write_outputs(writer, runtime, actions, obs.stamp_ns, latency_s, now_ns, obs.state)
             except ChunkTooLate:
                 runtime.forget_chunk()
 
     def _write_outputs(self, writer: BagWriter, runtime: PolicyRuntime, actions: np.ndarray, stamp_ns: int,
-                       latency_s: float, now_ns: int) -> None:  # fmt: skip
+                       latency_s: float, now_ns: int, state: np.ndarray | None = None) -> None:  # fmt: skip
         """Every controller output: a trajectory per chunk; a streamed output's rows at the instants they become
-        due, up to the next chunk (the next tick, or n_action_steps steps with replan n_action_steps)."""
+        due, up to the next chunk (the next tick, or n_action_steps steps with replan n_action_steps). A
+        position_step output's targets start from ``state``, the joint state of the chunk's observation (the node
+        takes the latest at each instant; the bag's later states are not read yet here)."""
         s, cfg = self.config.settings, runtime.config
         n_steps = runtime.n_action_steps
         messages = []
@@ -265,6 +269,10 @@ class OfflineReplay:
             for row, at in stream_rows(timing.first, timing.times_s, timing.stamp_ns or now_ns, now_ns, until):
                 for spec in streamed:
                     values = spec.values(actions[row])
+                    if spec.steps:
+                        values = step_targets(spec, values, state, s.joint_names)
+                        if values is None:
+                            continue
                     if spec.type == "twist":
                         messages.append((at, spec, TWIST_STAMPED, twist_msg(values, spec.frame, at)))
                     else:
@@ -332,7 +340,8 @@ class OfflineReplay:
             raise ReplayError("parameters do not fit the model: " + "; ".join(problems))
         pad = slots - len(self.cameras)
         return InputStore([*self.cameras, *[""] * pad], [*self.optional, *[True] * pad],
-                          [*s.camera_sizes, *[(0, 0)] * pad], self.use_state, s.max_instruction_chars)  # fmt: skip
+                          [*s.camera_sizes, *[(0, 0)] * pad], self.use_state, s.max_instruction_chars,
+                          [(t, j.indices) for t, j in zip(self.state_source, s.joint_sources)])  # fmt: skip
 
     def _step(self, writer: BagWriter, runtime: PolicyRuntime, store: InputStore, obs: Any, tick: int, now: int,
               t0: int, period_s: float, work_start: float) -> None:  # fmt: skip
