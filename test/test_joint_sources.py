@@ -55,15 +55,14 @@ def test_the_state_is_whole_only_when_every_arm_reported_and_is_fresh() -> None:
     store.put_joint_state(np.array([1.0, 2.0, 3.0]), 1_000, 1_000, source=0)
     with pytest.raises(ObservationError, match="puppet_right") as missing:
         store.snapshot(1_000, 10_000)
-    assert missing.value.kind == "missing_joint_state" and store.measured_state(1_000, 10_000) is None
+    assert missing.value.kind == "missing_joint_state"
     store.put_joint_state(np.array([4.0, 5.0, 6.0]), 1_000, 1_000, source=1)
     assert store.snapshot(1_000, 10_000).state.tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
-    assert store.measured_state(1_000, 10_000).tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
     store.put_image(0, np.zeros((2, 2, 3), np.uint8), 30_000, 30_000)
     store.put_joint_state(np.array([1.5, 2.5, 3.5]), 30_000, 30_000, source=0)  # the right arm's state is now old
     with pytest.raises(ObservationError, match="puppet_right") as stale:
         store.snapshot(30_000, 10_000)
-    assert stale.value.kind == "stale_joint_state" and store.measured_state(30_000, 10_000) is None
+    assert stale.value.kind == "stale_joint_state"
     store.reject_joint_state("lacks joints ['waist']", 30_000, 30_000, source=1)
     with pytest.raises(ObservationError, match="puppet_right.*lacks joints") as bad:
         store.snapshot(30_000, 10_000)
@@ -86,10 +85,10 @@ def test_a_clock_jump_drops_every_arms_state() -> None:
 def test_position_step_targets_are_the_measured_joints_plus_the_step() -> None:
     (arm,) = build_outputs(["arm"], ["float64_array"], ["/cmd"], ["0..1"], ["b,a"], ["position_step"],
                            conversions=["2x linear(0.2, 0.0) clip(-1, 1)"])  # fmt: skip
-    state = np.array([10.0, 20.0, 30.0])  # joint_names a, b, c
+    measured = np.array([20.0, 10.0])  # joints b, a as measured
     steps = arm.values(np.array([1.7, -0.5]))
-    assert step_targets(arm, steps, state, ["a", "b", "c"]).tolist() == pytest.approx([20.2, 9.9])
-    assert step_targets(arm, steps, None, ["a", "b", "c"]) is None  # no measured state: no command
+    assert step_targets(steps, measured).tolist() == pytest.approx([20.2, 9.9])
+    assert step_targets(steps, None) is None  # no measured position: no command
     (bad,) = build_outputs(["arm"], ["joint_trajectory"], ["/cmd"], ["0"], ["a"], ["position_step"])
     assert any("position_step needs a float64_array" in p for p in output_problems([bad], 1))
 

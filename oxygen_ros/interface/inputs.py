@@ -296,14 +296,6 @@ class InputStore:
             raise ObservationError("rejected_instruction", sample.error)
         return str(sample.value)
 
-    def measured_state(self, now_ns: int, max_age_ns: int) -> np.ndarray | None:
-        """The latest joint positions (joint_names order, the robot's units) when usable and fresh, else None."""
-        with self._lock:
-            samples = self._states
-            if any(s is None or s.value is None or s.age_ns(now_ns) > max_age_ns for s in samples):
-                return None
-            return self._assembled([s.value for s in samples])  # type: ignore[union-attr, misc]
-
     @property
     def state_names(self) -> list[str]:
         """The joint-state inputs as ages_s and the topic statistics name them."""

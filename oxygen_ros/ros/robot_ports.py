@@ -20,6 +20,7 @@ from .ask_server import AskServer
 from .controller_outputs import ControllerOutputs
 from .diagnostics import Diagnostics
 from .robot_log import RobotLog
+from .safety_port import SafetyPort
 from .topic_stats import TopicStatistics
 
 __all__ = ["RobotPorts", "TextPublishers", "diagnostics_prefix"]
@@ -49,6 +50,7 @@ class RobotPorts:
     chunk_pub: Publisher | None = None
     outputs: ControllerOutputs | None = None
     reset_pose_pub: Publisher | None = None  # ~/reset_pose, latched (a plain publisher, also in a managed node)
+    safety: SafetyPort | None = None  # the stop input, hold watchdog and safety diagnostics of the outputs
     text_pubs: dict[str, TextPublishers] = field(default_factory=dict)
     subscriptions: list[Any] = field(default_factory=list)
     instruction: Any = None  # the InstructionSubscription while active

@@ -226,13 +226,12 @@ def step_problems(specs: Sequence[OutputSpec], joint_names: Sequence[str]) -> li
             for s in specs if s.steps and (missing := [j for j in s.joints if j not in joint_names])]
 
 
-def step_targets(spec: OutputSpec, steps: np.ndarray, state: np.ndarray | None, joint_names: Sequence[str]) -> np.ndarray | None:
-    """A position_step output's command: its joints' measured positions (``state``, in ``joint_names`` order, the
-    robot's units) plus ``steps``; None without a measured state (nothing is commanded then)."""
-    if state is None:
+def step_targets(steps: np.ndarray, measured: np.ndarray | None) -> np.ndarray | None:
+    """A position_step output's command: its joints' measured positions (in its joints' order, the robot's units)
+    plus ``steps``; None without a measured position (nothing is commanded then)."""
+    if measured is None:
         return None
-    index = [list(joint_names).index(j) for j in spec.joints]
-    return np.asarray(state, dtype=np.float64)[index] + steps
+    return np.asarray(measured, dtype=np.float64) + steps
 
 
 def limits_for(spec: OutputSpec, joint_names: Sequence[str], lower: Sequence[float], upper: Sequence[float]) -> JointLimits:
