@@ -1,4 +1,4 @@
-"""The offline tools run without rclpy: `oxygen-replay make-demo`, `oxygen-replay offline` and `oxygen-sim eval`
+"""The offline tools run without rclpy: `oxygen-replay make-demo`, `offline`, `eval`, `oxygen-sim eval` and `record`
 each run in a fresh interpreter that reports at exit whether `rclpy` was ever imported."""
 
 from __future__ import annotations
@@ -74,3 +74,9 @@ def test_replay_eval_never_imports_rclpy(tmp_path: Path) -> None:
     report = run_tool("oxygen_ros.replay.cli", "eval", str(bag), "--params-file", str(params), "--against", "states",
                       "--out", str(tmp_path / "eval"), "-q", cwd=tmp_path)  # fmt: skip
     assert '"against": "states"' in report.splitlines()[-2] and (tmp_path / "eval" / "joints.png").is_file()
+
+
+def test_sim_record_never_imports_rclpy(tmp_path: Path) -> None:
+    report = run_tool("oxygen_ros.sim.cli", "record", "--env", "tabletop", "--episodes", "1", "--seed", "7",
+                      "--bag", str(tmp_path / "expert.mcap"), "--image-size", "16", "--quiet", cwd=tmp_path)  # fmt: skip
+    assert '"episodes": [{"seed": 7' in report.splitlines()[-2]
