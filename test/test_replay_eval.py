@@ -113,6 +113,8 @@ def test_the_nodes_own_commands_score_zero_on_the_executed_steps(env: SimpleName
     assert summary["dims"]["gripper"]["gripper"]["agreement"] is not None
     ticks = (env.bag.parent / f"{env.bag.stem}_good_eval" / "ticks.csv").read_text().splitlines()
     assert ticks[0].startswith("tick,time_s,dim,mae") and len(ticks) == 1 + 14 * 8
+    steps = (env.bag.parent / f"{env.bag.stem}_good_eval" / "steps.csv").read_text().splitlines()
+    assert steps[0] == "step,dim,mae,rmse,max,compared" and steps[1] == "1,j1,0,0,0,14" and len(steps) == 1 + 10 * 8
 
 
 @pytest.mark.parametrize("broken, dim", [({"arm": '"identity; linear(-1.0, 0.0); 5x identity"'}, "j2"),

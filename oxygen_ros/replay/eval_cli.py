@@ -44,7 +44,8 @@ def add_eval_parser(sub: Any, add_params: Any, add_common: Any) -> None:
                     help="which steps the thresholds and --compare judge (default: the executed ones)")  # fmt: skip
     ev.add_argument("--compare", metavar="YAML", help="a second parameters file (checkpoint, config or conversion) on the same bag")
     ev.add_argument("--compare-node-name", metavar="NAME", help="--node-name of the --compare file")
-    ev.add_argument("--out", metavar="DIR", help="write summary.json, ticks.csv (and ticks_b.csv), joints.png, horizon.png "
+    ev.add_argument("--out", metavar="DIR", help="write summary.json, ticks.csv (per tick and dimension; ticks_b.csv for --compare), steps.csv (per "
+                    "horizon step and dimension), joints.png, horizon.png "
                     "here (default: <bag>_eval next to the bag)")  # fmt: skip
     ev.add_argument("--no-plots", action="store_true", help="no PNGs")
     ev.add_argument("--episode-topic", default="/oxygen_sim_node/episode",
@@ -56,7 +57,7 @@ def cmd_eval(args: argparse.Namespace, load_config: Any, error: type[Exception])
     from tqdm import tqdm
 
     from .eval_plots import plot_horizon, plot_timelines
-    from .eval_report import print_comparison, print_table, write_ticks_csv
+    from .eval_report import print_comparison, print_table, write_steps_csv, write_ticks_csv
     from .evaluate import EvalOptions, compare, evaluate_bag
     from .metrics import check_limits, parse_limits
 
@@ -86,7 +87,8 @@ def cmd_eval(args: argparse.Namespace, load_config: Any, error: type[Exception])
         tables.append(table)
     out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = dict(summaries[0])
-    files = {"ticks_csv": str(write_ticks_csv(tables[0], out / "ticks.csv"))}
+    files = {"ticks_csv": str(write_ticks_csv(tables[0], out / "ticks.csv")),
+             "steps_csv": str(write_steps_csv(tables[0], out / "steps.csv"))}
     labels = [Path(p or "defaults").stem for p, _ in runs]
     if len(runs) == 2:
         if labels[0] == labels[1]:

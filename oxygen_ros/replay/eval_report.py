@@ -32,6 +32,24 @@ def write_ticks_csv(table: ErrorTable, path: Path) -> Path:
     return path
 
 
+def write_steps_csv(table: ErrorTable, path: Path) -> Path:
+    """One row per horizon step and dimension: MAE, RMSE and max over every tick's chunk."""
+    err = np.abs(table.arrays()[0])  # [T, H, D]
+    seen = np.isfinite(err)
+    safe = np.where(seen, err, 0.0)
+    n = seen.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mae, rmse = safe.sum(axis=0) / n, np.sqrt((safe**2).sum(axis=0) / n)
+    worst = np.where(n > 0, safe.max(axis=0), np.nan)
+    with path.open("w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(("step", "dim", "mae", "rmse", "max", "compared"))
+        for h in range(err.shape[1]):
+            for d, dim in enumerate(table.dims):
+                out.writerow([h + 1, dim, _cell(mae[h, d]), _cell(rmse[h, d]), _cell(worst[h, d]), int(n[h, d])])
+    return path
+
+
 def _cell(value: float) -> str:
     return "" if not np.isfinite(value) else f"{value:.6g}"
 
