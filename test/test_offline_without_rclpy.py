@@ -77,6 +77,6 @@ def test_replay_eval_never_imports_rclpy(tmp_path: Path) -> None:
 
 
 def test_sim_record_never_imports_rclpy(tmp_path: Path) -> None:
-    report = run_tool("oxygen_ros.sim.cli", "record", "--env", "tabletop", "--episodes", "1", "--seed", "7",
+    report = run_tool("oxygen_ros.apps.oxygen_sim", "record", "--env", "tabletop", "--episodes", "1", "--seed", "7",
                       "--bag", str(tmp_path / "expert.mcap"), "--image-size", "16", "--quiet", cwd=tmp_path)  # fmt: skip
     assert '"episodes": [{"seed": 7' in report.splitlines()[-2]

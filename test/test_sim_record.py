@@ -10,7 +10,7 @@ import pytest
 
 from oxygen_ros.interface.convert import compressed_image_to_array, image_to_array, stamp_to_ns
 from oxygen_ros.replay.bagio import COMPRESSED_IMAGE, FLOAT64_ARRAY, IMAGE, JOINT_STATE, JOINT_TRAJECTORY, STRING, BagReader
-from oxygen_ros.sim.cli import main
+from oxygen_ros.apps.oxygen_sim import main
 
 NS = 1_000_000_000
 
@@ -49,7 +49,7 @@ def test_aloha_expert_bag_units_and_compressed_cameras(tmp_path: Path) -> None:
     from aloha_available import require_aloha
 
     require_aloha()
-    from oxygen_ros.sim.aloha.expert_bag import AlohaBagSpec, record_expert_bag
+    from oxygen_ros.replay.expert_bags.aloha import AlohaBagSpec, record_expert_bag
     from oxygen_ros.sim.aloha.units import GRIPPER_JOINT_CLOSED_RAD, GRIPPER_JOINT_OPEN_RAD
 
     raw, png = tmp_path / "raw.mcap", tmp_path / "png.db3"

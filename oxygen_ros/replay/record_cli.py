@@ -4,7 +4,8 @@ The topics named (or, with ``--params-file``, the node's inputs and outputs; or 
 are subscribed as they appear, each with a QoS its publishers can serve, and every message received is written
 with ``rosbags`` (CDR as received, stamped with its receipt time on the recorder's clock) to ``.mcap`` or
 ``.db3``. Ctrl-C or SIGTERM stops it cleanly: the messages already received are written and the bag is closed.
-The DDS part lives in ``oxygen_ros.ros.recorder`` (imported only here: the other subcommands need no rclpy).
+The DDS part lives in ``oxygen_ros.replay.record`` (imported only when recording, as ``play``'s: the other
+subcommands need no rclpy).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def cmd_record(args: argparse.Namespace, remap: dict[str, str], error: type[Exce
         raise error("name the topics to record, or give --params-file or --all")
     if args.duration is not None and args.duration <= 0:
         raise error("--duration must be > 0")
-    from oxygen_ros.ros.recorder import RecordOptions, record
+    from .record import RecordOptions, record  # rclpy from here on
 
     options = RecordOptions(topics=None if args.all else list(dict.fromkeys(topics)), remap=remap, storage=args.storage,
                             overwrite=args.overwrite, duration_s=args.duration, discovery_period_s=args.discovery_period,

@@ -15,12 +15,12 @@ from oxygen_ros.engine import ASK_TASK
 
 from ..evaluate import EpisodeLoop, EpisodeResult
 from ..media import AnswerOut, EpisodeLog, TextOut, write_gif
-from .cli import GIF_EVERY_STEPS
 from .episode import CAMERAS, AlohaEpisode
 from .units import DT
 
 NS = 1_000_000_000
 CAMERA_PIXELS = 192  # each camera's width in the GIF (the policy's images upscaled)
+GIF_EVERY_STEPS = 5  # a GIF frame every 0.1 s of sim time, shown at 10 fps: real time
 
 
 class EpisodeRecorder:
