@@ -218,3 +218,36 @@ def test_bad_bags_get_one_clear_error(env: SimpleNamespace, capsys: pytest.Captu
 def test_bad_thresholds_are_refused(env: SimpleNamespace, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_eval(capsys, env.bag, env.good, "--max-mae", "j1=lots")
     assert code == 2 and "--max-mae 'j1=lots'" in err
+
+
+def test_reference_values_at_the_instants_actions_belong_to() -> None:
+    from oxygen_ros.replay.recorded import Reference, Timeline
+
+    step = 20_000_000
+    sent = np.arange(5, dtype=np.int64) * step  # one message a step, value k at step k
+    targets = sent + step  # action i of a chunk at 0 belongs to (i + 1) steps
+    trajectory = Timeline("trajectory", sent, [np.array([[float(k)]]) for k in range(5)], [np.array([t + step]) for t in sent])
+    assert trajectory.at(targets, step)[:, 0].tolist() == [0, 1, 2, 3, 4]  # the point for T, sent a step before it
+    assert np.isnan(trajectory.at(np.array([7 * step]), step)[0, 0])  # past the recording
+    hold = Timeline("hold", sent, [np.array([float(k)]) for k in range(5)])
+    assert hold.at(targets, step)[:, 0].tolist() == [0, 1, 2, 3, 4]  # a streamed row goes out one step early
+    assert np.isnan(hold.at(np.array([20 * step]), step)[0, 0])  # a command older than the hold limit
+    state = Timeline("state", sent, [np.array([float(k)]) for k in range(5)])
+    np.testing.assert_allclose(state.at(np.array([step // 2, 3 * step]), step)[:, 0], [0.5, 3.0])  # achieved: between
+    assert np.isnan(state.at(np.array([5 * step]), step)[0, 0])
+    episodes = Reference("commands", [hold], np.array([3 * step]), ())
+    values = episodes.values(targets, observed_ns=0, step_ns=step)[:, 0]
+    assert values[:2].tolist() == [0, 1] and np.isnan(values[2:]).all()  # not across the next episode's start
+
+
+def test_limits_by_dimension_output_and_pattern() -> None:
+    from oxygen_ros.replay.metrics import limit_for, parse_limits
+
+    limits = parse_limits(["0.1", "*gripper=0.3", "left_arm=0.05", "left_waist=0.01"], "--max-mae")
+    assert limits == {"*": 0.1, "*gripper": 0.3, "left_arm": 0.05, "left_waist": 0.01}
+    assert limit_for("left_waist", "left_arm", limits) == 0.01
+    assert limit_for("left_elbow", "left_arm", limits) == 0.05
+    assert limit_for("right_gripper", "right_gripper", limits) == 0.3
+    assert limit_for("right_elbow", "right_arm", limits) == 0.1
+    with pytest.raises(ValueError, match="--max-rmse '=1'"):
+        parse_limits(["=1"], "--max-rmse")
