@@ -159,9 +159,7 @@ class EvalReplay(OfflineReplay):
     def _write_chunk(self, writer: Any, runtime: PolicyRuntime, result: Any, obs: Any, now_ns: int) -> None:
         s, cfg = self.config.settings, runtime.config
         actions = np.asarray(result.actions, dtype=np.float64)
-        commands = chunk_commands(s.outputs, actions, s.joint_names, s.joint_limits_lower, s.joint_limits_upper)
-        predicted = np.concatenate([c.values for c in commands], axis=1)
-        self.clamped += sum(c.clamped for c in commands)
+        predicted = self._commands(actions, now_ns)
         h = len(actions)
         step_ns = round(s.step_period_s * NS_PER_S)
         base = now_ns if cfg.time_alignment == "none" else obs.stamp_ns  # where action i's instant counts from
@@ -175,6 +173,14 @@ class EvalReplay(OfflineReplay):
         tick = round((now_ns - self.t0) / self.period_ns)
         self.table.add(tick, (now_ns - self.t0) / NS_PER_S, (targets - self.t0) / NS_PER_S, predicted, reference, executed)
         self.chunks += 1
+
+    def _commands(self, actions: np.ndarray, now_ns: int) -> np.ndarray:
+        """[horizon, dims]: the chunk as the controllers would get it, through the node's output chain (the one
+        place a stage added to the node's chain, such as a safety guard, is added here too)."""
+        s = self.config.settings
+        commands = chunk_commands(s.outputs, actions, s.joint_names, s.joint_limits_lower, s.joint_limits_upper)
+        self.clamped += sum(c.clamped for c in commands)
+        return np.concatenate([c.values for c in commands], axis=1)
 
     def _write_events(self, writer: Any, events: Any, now_ns: int) -> None:
         pass  # text is not judged here
