@@ -198,6 +198,8 @@ class EvalReplay(OfflineReplay):
     def evaluate(self, runtime: PolicyRuntime | None = None) -> dict[str, Any]:
         """Replay and compare; returns the summary. Raises EvalError, BagError or RuntimeLoadError."""
         started = time.perf_counter()
+        if not self.bag.exists():  # before the model loads
+            raise EvalError(f"bag {self.bag} does not exist")
         runtime = runtime or self.load_runtime()
         self.horizon = runtime.model_config.action_horizon
         replay = self.run(runtime)
