@@ -104,7 +104,7 @@ def test_the_nodes_own_commands_score_zero_on_the_executed_steps(env: SimpleName
     assert {t for t, *_ in env.commands} == {ARM, GRIPPER}
     code, summary, err = run_eval(capsys, env.bag, env.good, "--max-mae", "1e-9", "--max-rmse", "1e-9")
     assert code == 0, err
-    assert summary["against"] == "commands" and summary["passed"] and summary["chunks"] == 14  # ticks 0 .. 2.6 s at 5 Hz
+    assert summary["against"] == "commands" and summary["passed"] and summary["ticks"] == summary["chunks"] == 14  # 0 .. 2.6 s at 5 Hz
     assert list(summary["dims"]) == ["j1", "j2", "j3", "j4", "j5", "j6", "j7", "gripper"]
     for dim, row in summary["dims"].items():
         assert row["executed"]["mae"] == 0.0 and row["executed"]["compared"] == 14, dim  # one step a tick, each exact

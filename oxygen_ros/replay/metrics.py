@@ -64,7 +64,7 @@ class ErrorTable:
     def summary(self) -> dict:
         err, exe, pred = self.arrays()
         ref = pred - err
-        out: dict = {"ticks": len(self.ticks), "horizon": self.horizon, "dims": {}}
+        out: dict = {"horizon": self.horizon, "dims": {}}
         if not self.ticks:
             return out
         executed_err = np.where(exe[:, :, None], err, np.nan)
