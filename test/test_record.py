@@ -57,3 +57,13 @@ def test_nothing_to_record_is_an_error(tmp_path: Path) -> None:
     assert not (tmp_path / "x.mcap").exists()
 
 
+
+
+def test_a_node_configuration_names_its_inputs_and_outputs() -> None:
+    from oxygen_ros.replay.record_cli import config_topics
+
+    topics = config_topics(str(REPO / "config" / "robots" / "aloha.yaml"), None)
+    assert topics[:4] == ["/cam_high/image_raw", "/cam_left_wrist/image_raw", "/cam_right_wrist/image_raw", "/joint_states"]
+    for topic in ("/left_arm_controller/joint_trajectory", "/right_gripper_controller/commands", "/oxygen_node/action_chunk",
+                  "/oxygen_node/instruction"):  # fmt: skip
+        assert topic in topics
