@@ -33,6 +33,14 @@ def _worst_ticks(table: ErrorTable, n: int = WORST_MARKED) -> list[int]:
     return [int(i) for i in np.argsort(-score)[:n] if score[i] >= 0]
 
 
+def _step_times(table: ErrorTable) -> np.ndarray:
+    """[T, H] bag time of each chunk's steps (NaN past a shorter chunk)."""
+    times = np.full((len(table.targets_s), table.horizon), np.nan)
+    for i, t in enumerate(table.targets_s):
+        times[i, : len(t)] = t
+    return times
+
+
 def plot_timelines(tables: Sequence[ErrorTable], labels: Sequence[str], path: Path, dpi: int = 70) -> Path:
     """One panel per dimension: the reference, each policy's executed steps stitched over the bag, and the
     worst ticks of the first policy marked."""
@@ -43,13 +51,10 @@ def plot_timelines(tables: Sequence[ErrorTable], labels: Sequence[str], path: Pa
     rows = math.ceil(len(dims) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(6.4 * cols, 1.5 * rows + 0.8), sharex=True, squeeze=False)
     worst = _worst_ticks(first)
+    arrays = [(*table.arrays(), _step_times(table)) for table in tables]
     for d, dim in enumerate(dims):
         ax = axes[d % rows][d // rows]
-        for k, table in enumerate(tables):
-            err, exe, pred = table.arrays()
-            times = np.full(pred.shape[:2], np.nan)
-            for i, t in enumerate(table.targets_s):
-                times[i, : len(t)] = t
+        for k, (err, exe, pred, times) in enumerate(arrays):
             if k == 0:
                 ref = (pred - err)[:, :, d]
                 order = np.argsort(times[np.isfinite(ref)])
