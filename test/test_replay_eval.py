@@ -251,3 +251,9 @@ def test_limits_by_dimension_output_and_pattern() -> None:
     assert limit_for("right_elbow", "right_arm", limits) == 0.1
     with pytest.raises(ValueError, match="--max-rmse '=1'"):
         parse_limits(["=1"], "--max-rmse")
+
+
+def test_remap_names_recorded_topics_as_configured(env: SimpleNamespace, capsys: pytest.CaptureFixture[str]) -> None:
+    renamed = rewrite(env.bag, env.dir / "renamed.mcap", lambda t, m, at, msg: [("/recorded/arm" if t == ARM else t, m, at, msg)])
+    code, summary, err = run_eval(capsys, renamed, env.good, "--remap", f"/recorded/arm:={ARM}", "--max-mae", "1e-9")
+    assert code == 0 and summary["against"] == "commands", err

@@ -149,7 +149,7 @@ class EvalReplay(OfflineReplay):
 
     def _load_reference(self, reader: BagReader) -> Reference:
         s = self.config.settings
-        out_topics = [self._out(self.config.topic(spec.topic)) for spec in s.outputs]
+        out_topics = [self.config.topic(spec.topic) for spec in s.outputs]  # the reader has applied --remap
         against = self.eval_options.against
         if against == "auto":
             against = "commands" if all(t in reader.topics for t in out_topics) else "states"
