@@ -1,12 +1,13 @@
 """Open-loop evaluation of a policy on a recorded bag: its commands against what the robot was told or did.
 
 The bag drives the ROS-free runtime exactly as ``oxygen-replay offline`` does (`OfflineReplay`: the node's
-input store, snapshot and replan rules at the bag's times). Each chunk goes through the node's output chain
-(`oxygen_ros.runtime.command_chain`: conversions, binarizing, limits, in the units of the command topics)
-and is compared over its whole horizon with the reference (`recorded`): the recorded command topics, or the
-achieved joint states, at the instants its actions belong to. The steps that would be executed (the node's
-``n_action_steps`` with replan ``n_action_steps``, else one tick's worth, after the steps the latency
-skips) are scored apart. No rclpy.
+input store, snapshot and replan rules at the bag's times) and each chunk is compared over its whole horizon
+with the reference (`recorded`): the recorded command topics, or the achieved joint states, at the instants
+its actions belong to. The steps that would be executed (the node's ``n_action_steps`` with replan
+``n_action_steps``, else one tick's worth, after the steps the latency skips) are the commands the offline
+replay sends for the chunk — every stage of the node's output chain, whatever it holds — read back from what
+it writes; the steps beyond, which no controller receives, are the chunk through the output conversions and
+limits (`oxygen_ros.runtime.command_chain`), in the units of the command topics. No rclpy.
 
 Bad input raises `EvalError` before anything is computed: a bag without the configured cameras or joints, a
 command topic of another type, a bag shorter than one chunk, joint-state stamps that jump.
@@ -32,7 +33,7 @@ from .bagio import COMPRESSED_IMAGE, IMAGE, JOINT_STATE, NS_PER_S, STRING, BagRe
 from .config import ReplayConfig
 from .metrics import ErrorTable
 from .offline import OfflineOptions, OfflineReplay, ProgressFn
-from .recorded import EPISODE_TOPIC, Reference, ReferenceError, load_reference
+from .recorded import EPISODE_TOPIC, Reference, ReferenceError, command_timeline, load_reference
 
 CLOCK_JUMP_S = 1.0  # a joint state whose stamp moves this much against its recorded time: the clock jumped
 AGAINST_CHOICES = ("auto", "commands", "states")
@@ -49,6 +50,16 @@ class EvalOptions:
     remap: Mapping[str, str] = dataclasses.field(default_factory=dict)
     engine_mode: str | None = "action_only"  # the chunk alone (text is not judged here); None: the file's
     episode_topic: str = EPISODE_TOPIC
+
+
+class SentCommands:
+    """Where the offline replay writes its outputs during an evaluation: kept (per chunk), not written."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, int, Any]] = []
+
+    def write(self, topic: str, msgtype: str, timestamp_ns: int, msg: Any, **_: Any) -> None:
+        self.messages.append((topic, timestamp_ns, msg))
 
 
 class EvalReplay(OfflineReplay):
@@ -78,7 +89,7 @@ class EvalReplay(OfflineReplay):
         pass
 
     def _open_output(self) -> Any:
-        return contextlib.nullcontext(None)
+        return contextlib.nullcontext(SentCommands())
 
     def _check_topics(self, reader: BagReader) -> list[str]:
         """Refuse a bag that cannot be judged (every problem listed); load the reference; the topics to read."""
@@ -158,8 +169,9 @@ class EvalReplay(OfflineReplay):
 
     def _write_chunk(self, writer: Any, runtime: PolicyRuntime, result: Any, obs: Any, now_ns: int) -> None:
         s, cfg = self.config.settings, runtime.config
+        writer.messages.clear()
+        super()._write_chunk(writer, runtime, result, obs, now_ns)  # what the node sends for it, kept by the writer
         actions = np.asarray(result.actions, dtype=np.float64)
-        predicted = self._commands(actions, now_ns)
         h = len(actions)
         step_ns = round(s.step_period_s * NS_PER_S)
         base = now_ns if cfg.time_alignment == "none" else obs.stamp_ns  # where action i's instant counts from
@@ -170,16 +182,28 @@ class EvalReplay(OfflineReplay):
         skipped = 0 if cfg.time_alignment == "none" else delay_steps(max(0.0, (now_ns - obs.stamp_ns) / 1e9), s.step_period_s)
         per_tick = max(1, round(self.period_ns / step_ns))
         executed[skipped : skipped + (runtime.n_action_steps if cfg.replan == "n_action_steps" else per_tick)] = True
+        sent = self._sent(writer.messages, targets, step_ns)
+        predicted = np.where(executed[:, None] & np.isfinite(sent), sent, self._commands(actions))
         tick = round((now_ns - self.t0) / self.period_ns)
         self.table.add(tick, (now_ns - self.t0) / NS_PER_S, (targets - self.t0) / NS_PER_S, predicted, reference, executed)
-        self.chunks += 1
 
-    def _commands(self, actions: np.ndarray, now_ns: int) -> np.ndarray:
-        """[horizon, dims]: the chunk as the controllers would get it, through the node's output chain (the one
-        place a stage added to the node's chain, such as a safety guard, is added here too)."""
+    def _sent(self, messages: list[tuple[str, int, Any]], targets: np.ndarray, step_ns: int) -> np.ndarray:
+        """[horizon, dims]: the chunk's commands as the offline replay sent them, at the instants; NaN where none."""
+        columns = []
+        for spec in self.config.settings.outputs:
+            topic = self._out(self.config.topic(spec.topic))
+            received = [(at, msg) for t, at, msg in messages if t == topic]
+            if received:
+                columns.append(command_timeline(spec, topic, received).at(targets, step_ns))
+            else:
+                columns.append(np.full((len(targets), len(spec.dims)), np.nan))
+        return np.concatenate(columns, axis=1)
+
+    def _commands(self, actions: np.ndarray) -> np.ndarray:
+        """[horizon, dims]: the whole chunk through the output conversions and limits (no controller receives the
+        steps past the executed ones, so no stateful stage of the chain sees them)."""
         s = self.config.settings
         commands = chunk_commands(s.outputs, actions, s.joint_names, s.joint_limits_lower, s.joint_limits_upper)
-        self.clamped += sum(c.clamped for c in commands)
         return np.concatenate([c.values for c in commands], axis=1)
 
     def _write_events(self, writer: Any, events: Any, now_ns: int) -> None:

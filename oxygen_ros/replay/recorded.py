@@ -132,7 +132,7 @@ def load_reference(reader: BagReader, outputs: Sequence[OutputSpec], topics: Seq
                 continue
         messages[msg.topic].append((msg.timestamp_ns, obj))
     if against == "commands":
-        timelines = [_command_timeline(spec, topic, messages[topic]) for spec, topic in zip(outputs, topics)]
+        timelines = [command_timeline(spec, topic, messages[topic]) for spec, topic in zip(outputs, topics)]
         names: tuple[str, ...] = ()
     else:
         timelines, names = _state_timelines(outputs, joint_state_topic, messages[joint_state_topic])
@@ -147,7 +147,8 @@ def _json(text: str) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def _command_timeline(spec: OutputSpec, topic: str, received: list) -> Timeline:
+def command_timeline(spec: OutputSpec, topic: str, received: list) -> Timeline:
+    """An output's commands as (receipt ns, message) pairs → its timeline (bag messages or the replay's own)."""
     if not received:
         raise ReferenceError(f"output {spec.name}'s topic {topic} has no messages")
     times = np.asarray([t for t, _ in received], dtype=np.int64)
