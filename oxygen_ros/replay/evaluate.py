@@ -81,6 +81,7 @@ class EvalReplay(OfflineReplay):
                 grippers = [g or self.output_of[d] == spec.name for g, d in zip(grippers, self.dims)]
         self.table = ErrorTable(self.dims, grippers)
         self.reference: Reference | None = None
+        self._in_force: dict[str, tuple[int, Any]] = {}  # per output topic: the last command sent before this chunk
         self.horizon = 0
         self.t0 = 0
 
@@ -169,7 +170,6 @@ class EvalReplay(OfflineReplay):
 
     def _write_chunk(self, writer: Any, runtime: PolicyRuntime, result: Any, obs: Any, now_ns: int) -> None:
         s, cfg = self.config.settings, runtime.config
-        writer.messages.clear()
         super()._write_chunk(writer, runtime, result, obs, now_ns)  # what the node sends for it, kept by the writer
         actions = np.asarray(result.actions, dtype=np.float64)
         h = len(actions)
@@ -183,18 +183,25 @@ class EvalReplay(OfflineReplay):
         per_tick = max(1, round(self.period_ns / step_ns))
         executed[skipped : skipped + (runtime.n_action_steps if cfg.replan == "n_action_steps" else per_tick)] = True
         sent = self._sent(writer.messages, targets, step_ns)
+        writer.messages.clear()
         predicted = np.where(executed[:, None] & np.isfinite(sent), sent, self._commands(actions))
         tick = round((now_ns - self.t0) / self.period_ns)
         self.table.add(tick, (now_ns - self.t0) / NS_PER_S, (targets - self.t0) / NS_PER_S, predicted, reference, executed)
 
     def _sent(self, messages: list[tuple[str, int, Any]], targets: np.ndarray, step_ns: int) -> np.ndarray:
-        """[horizon, dims]: the chunk's commands as the offline replay sent them, at the instants; NaN where none."""
+        """[horizon, dims]: the commands in force at the instants — those the offline replay sent since the last
+        chunk (this chunk's, or a hold), else the last one before (a hold stays in force); NaN before any."""
         columns = []
         for spec in self.config.settings.outputs:
             topic = self._out(self.config.topic(spec.topic))
-            received = [(at, msg) for t, at, msg in messages if t == topic]
+            received = sorted(((at, msg) for t, at, msg in messages if t == topic), key=lambda m: m[0])
+            before = self._in_force.get(topic)
             if received:
-                columns.append(command_timeline(spec, topic, received).at(targets, step_ns))
+                self._in_force[topic] = received[-1]
+            if before is not None:
+                received.insert(0, before)
+            if received:
+                columns.append(command_timeline(spec, topic, received).at(targets, step_ns, hold_last=True))
             else:
                 columns.append(np.full((len(targets), len(spec.dims)), np.nan))
         return np.concatenate(columns, axis=1)
@@ -243,6 +250,7 @@ class EvalReplay(OfflineReplay):
             "n_action_steps": runtime.n_action_steps, "time_alignment": cfg.time_alignment,
             "bag_duration_s": round(replay["bag_duration_s"], 3), "ticks": replay["ticks"], "chunks": self.chunks,
             "skipped": replay["skipped"], "clamped_positions": self.clamped, "engine_errors": replay["engine_errors"],
+            "safety": replay.get("safety", {}),  # the output chain's holds and limit hits, as offline counts them
             **errors,
             "outputs": {spec.name: list(dim_names([spec])) for spec in s.outputs},
             "wall_s": round(wall_s, 2), "wall_s_per_bag_minute": round(wall_s / minutes, 2) if minutes > 0 else None,

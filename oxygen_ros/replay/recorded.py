@@ -50,8 +50,9 @@ class Timeline:
     values: list[np.ndarray]  # hold/state: one [D] row per message; trajectory: [points, D] per message
     point_times_ns: list[np.ndarray] = field(default_factory=list)  # trajectory: absolute time of each point
 
-    def at(self, targets_ns: np.ndarray, step_ns: int) -> np.ndarray:
-        """[len(targets), D] values at the instants; NaN where the recording says nothing."""
+    def at(self, targets_ns: np.ndarray, step_ns: int, hold_last: bool = False) -> np.ndarray:
+        """[len(targets), D] values at the instants; NaN where the recording says nothing. ``hold_last``: a
+        command stays in force after its last point (a controller's view of commands still being sent)."""
         targets = np.asarray(targets_ns, dtype=np.int64)
         width = len(self.values[0][0]) if self.kind == "trajectory" else len(self.values[0])
         out = np.full((len(targets), width), np.nan)
@@ -65,12 +66,13 @@ class Timeline:
         index = np.searchsorted(self.times_ns, sent_by, side="right") - 1
         if self.kind == "hold":
             rows = np.stack(self.values)
-            fresh = (index >= 0) & (sent_by - self.times_ns[np.maximum(index, 0)] <= round(HOLD_LIMIT_S * 1e9))
+            age = sent_by - self.times_ns[np.maximum(index, 0)]
+            fresh = (index >= 0) & ((age <= round(HOLD_LIMIT_S * 1e9)) | hold_last)
             out[fresh] = rows[index[fresh]]
             return out
         for m in np.unique(index[index >= 0]):
             rows, times = self.values[m], self.point_times_ns[m]
-            pick = (index == m) & (targets <= times[-1] + step_ns)
+            pick = (index == m) & ((targets <= times[-1] + step_ns) | hold_last)
             for d in range(width):
                 out[pick, d] = np.interp(targets[pick], times, rows[:, d])
         return out
