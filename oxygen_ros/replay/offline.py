@@ -335,8 +335,7 @@ class OfflineReplay:
         """Replay; returns the summary. Raises BagError / ReplayError / RuntimeLoadError before writing
         anything when the bag or the configuration cannot be used."""
         wall_start = time.perf_counter()
-        if self.output.resolve() == self.bag.resolve():
-            raise ReplayError(f"the output bag {self.output} is the input bag; choose another output")
+        self._check_output()
         with BagReader(self.bag, remap=self.options.remap) as reader:
             topics = self._check_topics(reader)
             if runtime is None:
@@ -351,7 +350,7 @@ class OfflineReplay:
             messages = reader.messages(topics)
             pending = next(messages, None)
             now = t0
-            with BagWriter(self.output, storage=self.options.storage, overwrite=self.options.overwrite) as writer:
+            with self._open_output() as writer:
                 for tick in range(n_ticks):
                     now = t0 + round(tick * NS_PER_S / s.control_rate_hz)
                     while pending is not None and pending.timestamp_ns <= now:
@@ -365,6 +364,14 @@ class OfflineReplay:
             truncated = reader.truncated
         stats = runtime.stats()
         return self._summary(runtime, stats, n_ticks, t0, end, truncated, time.perf_counter() - wall_start)
+
+    def _check_output(self) -> None:
+        if self.output.resolve() == self.bag.resolve():
+            raise ReplayError(f"the output bag {self.output} is the input bag; choose another output")
+
+    def _open_output(self) -> Any:
+        """Where the outputs go (a context manager; tools that keep the chunks themselves override it)."""
+        return BagWriter(self.output, storage=self.options.storage, overwrite=self.options.overwrite)
 
     def _input_store(self, runtime: PolicyRuntime) -> InputStore:
         """The node's input store: configured slots, padded with masked slots up to the model's."""
