@@ -116,3 +116,14 @@ def test_cli_refuses_bad_settings_before_serving(tmp_path, capsys) -> None:
     assert "no openpi observation layout for embodiment 'scale_offset'" in capsys.readouterr().err
     assert main(["--params-file", str(params), "--metadata", "[1]"]) == 2
     assert "--metadata must be a JSON map" in capsys.readouterr().err
+
+
+def test_metadata_takes_the_params_files_reset_pose() -> None:
+    from oxygen_ros.serve.cli import served_metadata
+    from oxygen_ros.serve.layouts import ALOHA_RESET_POSE
+
+    layout_metadata = {"reset_pose": ALOHA_RESET_POSE}
+    assert served_metadata(layout_metadata, {"reset_pose": [0.0, -1.5, 1.5, 0.0, 0.0, 0.0]}) == {
+        "reset_pose": [0.0, -1.5, 1.5, 0.0, 0.0, 0.0]}
+    assert served_metadata(layout_metadata, {"reset_pose": []}) == {"reset_pose": ALOHA_RESET_POSE}
+    assert served_metadata({}, {}) == {}

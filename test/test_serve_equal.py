@@ -57,7 +57,7 @@ def test_client_actions_equal_the_runtime_chunk(tmp_path: Path, layout: str) -> 
         out = run_client(client_python("0.1.2"), "infer_file", str(served.port), str(tmp_path / "obs.npz"), str(tmp_path / "a.npy"))
     received = np.load(tmp_path / "a.npy")
 
-    runtime = PolicyRuntime.load(load_config(str(params)))  # the node's runtime, its first frame
+    runtime = PolicyRuntime.load(load_config(str(params))[0])  # the node's runtime, its first frame
     assert runtime.adapter.name == layout
     expected = runtime.step(runtime.make_frame(slots, state, PROMPT, 0, 0)).actions
     assert out["dtype"] == "<f4" and received.shape == expected.shape == (REF_TINY.action_horizon, runtime.action_dim)

@@ -23,6 +23,7 @@ from oxygen_ros.runtime import RuntimeConfig
 from oxygen_ros.runtime.params_file import ParamsFileError, read_params_file
 from oxygen_ros.runtime.paths import with_resolved_paths
 from oxygen_ros.runtime.policy import PolicyRuntime, RuntimeLoadError
+from oxygen_ros.runtime.reset_pose import reset_pose
 
 from .layouts import LAYOUTS, layout_for
 from .scheduler import FLEET_MODES, FleetScheduler
@@ -32,12 +33,20 @@ log = logging.getLogger("oxygen_ros.serve")
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
-def load_config(params_file: str, node: str | None = None) -> RuntimeConfig:
-    """The runtime configuration of a node parameters file, without the ROS side's joint conversions."""
+def load_config(params_file: str, node: str | None = None) -> tuple[RuntimeConfig, dict]:
+    """The runtime configuration of a node parameters file, without the ROS side's joint conversions, and the
+    file's values."""
     values, _ = read_params_file(params_file, node=node)
     values = with_resolved_paths(values, Path(params_file).resolve().parent.parent)
     _, config = settings_from_values(values)
-    return dataclasses.replace(config, joint_conversions=[])
+    return dataclasses.replace(config, joint_conversions=[]), values
+
+
+def served_metadata(layout_metadata: dict, values: dict) -> dict:
+    """The layout's metadata, with the parameters file's ``reset_pose`` (the pose openpi's ALOHA client moves its
+    arms to) where the file sets one."""
+    pose = reset_pose(values)
+    return {**layout_metadata, "reset_pose": list(pose)} if pose else dict(layout_metadata)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -71,13 +80,15 @@ def build(args: argparse.Namespace) -> PolicyServer:
     metadata = json.loads(args.metadata) if args.metadata else None
     if metadata is not None and not isinstance(metadata, dict):
         raise ValueError("--metadata must be a JSON map")
-    config = load_config(args.params_file, args.node_name)
+    config, values = load_config(args.params_file, args.node_name)
     if args.engine_mode:
         config = dataclasses.replace(config, engine_mode=args.engine_mode)
     if args.layout is None and config.embodiment != "auto":
         layout_for(config.embodiment)  # refused before the model is loaded
     runtime = PolicyRuntime.load(config)
     layout = layout_for(runtime.adapter.name, args.layout)  # auto: the checkpoint's openpi asset id decided
+    if metadata is None:
+        metadata = served_metadata(layout.metadata, values)
     scheduler = FleetScheduler(runtime, max_robots=args.max_clients, one_at_a_time=args.one_at_a_time,
                                batch_window_s=args.batch_window_ms / 1000, answer_max_tokens=args.answer_max_tokens)
     options = ServeOptions(args.host, args.port, args.api_key, args.default_prompt, args.max_message_bytes,
