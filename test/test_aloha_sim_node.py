@@ -164,7 +164,9 @@ def test_oxygen_node_with_aloha_yaml_and_a_small_pi05_closes_the_loop(tmp_path) 
     with aloha.yaml's wiring: every observation answered in lockstep, no chunk late in sim time."""
     checkpoint, tokenizer = write_small_checkpoint(tmp_path)
     values = node_values(ALOHA_YAML, {"checkpoint": str(checkpoint), "tokenizer": str(tokenizer), "device": "cpu",
-                                      "dtype": "float32", "num_threads": 1, "diagnostics_period_s": 0.2})  # fmt: skip
+                                      "dtype": "float32", "num_threads": 1, "diagnostics_period_s": 0.2,
+                                      # a random model: its chunks clamped into range, never refused
+                                      "limit_out_of_range_margin": 100.0})  # fmt: skip
     result = run_loop(values, [0], image_size=(48, 64), fast_render=True, episode_steps=100, timeout_s=600)
     s, d = result.sim_stats, result.diagnostics
     assert result.query_every_steps == 25  # aloha.yaml: 25 actions of each chunk at 50 Hz, as openpi's aloha_real
