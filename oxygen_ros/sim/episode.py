@@ -115,6 +115,7 @@ class SimEpisode:
     time_s: float = 0.0
     success_time_s: float | None = None
     lifted_any_s: float | None = None  # when any object was first lifted (the wrong one, or one where none was named)
+    failure: dict | None = None  # the kinematic scene has no physics error: never set
     rejected: list[str] = field(default_factory=list)
     switches: list[SwitchRecord] = field(default_factory=list)
     joint_log: list[np.ndarray] = field(default_factory=list)  # measured joints after every physics step

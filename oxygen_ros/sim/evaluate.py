@@ -82,6 +82,8 @@ class EpisodeResult:
     rejected: list[str] = field(default_factory=list)
     place: str | None = None  # where the named object stood at the start ("far left"; None: not in the scene)
     absent: bool = False  # the instruction named an object the scene does not hold (success: nothing lifted)
+    # Why it ended early as failed: {"reason": "physics_error" | "non_finite_action", "step", "joint", "message"}
+    failure: dict | None = None
 
     def accuracy(self, task: str) -> tuple[int, int]:
         """(correct, counted) finished outputs of ``task`` whose frame had a label."""
@@ -137,7 +139,11 @@ class EpisodeLoop:
     and ``state``, takes timed trajectories (``deliver``), says its texts' truth (``labels()``: the
     narration and memory labels of the frame; ``draw_question(rng, split)``: a question and its answer now),
     and reports ``done``, ``succeeded``, ``success_time_s``, ``time_s``, ``location``, ``absent``,
-    ``switches``, ``rejected`` and ``jerk_rms()``; ``close()`` frees what it holds once the result is taken."""
+    ``switches``, ``rejected``, ``failure`` (why it ended early as failed, e.g. MuJoCo's physics error; None)
+    and ``jerk_rms()``; ``close()`` frees what it holds once the result is taken.
+
+    A chunk with non-finite actions is not delivered (the node sends no command for it) and ends the episode
+    as failed (``non_finite_action``, the tick and the first joint affected): the next episode runs."""
 
     def __init__(self, runtime: PolicyRuntime, spec: Any, settings: EvalSettings, robot: str = "") -> None:
         if runtime.config.engine_mode == "oxygen" and runtime.config.tokens_per_frame < 1:
@@ -161,6 +167,8 @@ class EpisodeLoop:
         """Advance to the next tick that wants a chunk (``self.tick``) and return its frame; None once done."""
         runtime, settings, episode = self.runtime, self.settings, self.episode
         while True:
+            if self.result.failure is not None:
+                return None
             t = self.tick * settings.control_period_s
             episode.advance(t)
             if episode.done:
@@ -193,6 +201,12 @@ class EpisodeLoop:
         t = self.tick * settings.control_period_s
         self._last_chunk_s = t
         self.text.add(step.events)
+        if not np.all(np.isfinite(step.actions)):  # the node sends nothing for it; the episode fails here
+            runtime.forget_chunk(self.robot)
+            self.result.failure = non_finite_failure(step.actions, settings.joint_names, self.tick)
+            self.result.chunks += 1
+            self.tick += 1
+            return
         try:
             trajectory, _ = aligned_trajectory(
                 step.actions, settings.joint_names, settings.action_period_s, settings.limits, self._stamp_ns,
@@ -216,8 +230,28 @@ class EpisodeLoop:
         result.switch_jumps = [s.jump for s in episode.switches]
         result.jerk_rms = episode.jerk_rms()
         result.rejected = episode.rejected
+        result.failure = result.failure or episode.failure
         episode.close()
         return result
+
+
+def non_finite_failure(actions: np.ndarray, joint_names: tuple[str, ...], tick: int) -> dict:
+    """The failure record of a chunk with NaN or infinite actions: the tick and the first joint affected."""
+    values = np.asarray(actions, dtype=np.float64)
+    bad = np.flatnonzero(~np.all(np.isfinite(values), axis=0))
+    column = int(bad[0]) if bad.size else 0
+    joint = joint_names[column] if column < len(joint_names) else f"action dim {column}"
+    return {"reason": "non_finite_action", "step": tick, "joint": joint,
+            "message": f"{int(np.sum(~np.isfinite(values)))} NaN or infinite values in the chunk"}
+
+
+def failure_counts(failures: list[dict | None]) -> dict[str, int]:
+    """Episodes that ended early as failed, per reason (``physics_error``, ``non_finite_action``)."""
+    counts: dict[str, int] = {}
+    for failure in failures:
+        if failure is not None:
+            counts[failure["reason"]] = counts.get(failure["reason"], 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def run_episode(
@@ -391,6 +425,8 @@ def summarize(results: list[EpisodeResult], runtime: PolicyRuntime, settings: Ev
         "max_switch_jump_rad": float(np.max(jumps)) if jumps else None,
         "mean_jerk_rms": float(np.mean([r.jerk_rms for r in results])) if results else None,
         "skipped_ticks": sum(r.skipped_ticks for r in results),
+        # episodes ended early as failed, per reason: a physics error (MuJoCo), a chunk of NaN/inf actions
+        "failures": failure_counts([r.failure for r in results]),
         "text_outputs": {task: sum(r.accuracy(task)[1] for r in results) for task in ("language", "memory", ASK_TASK)},
         # Where a policy fails: per named object and per place of it at the start, over the scenes that hold it.
         "success_by_target": _successes_by(present, lambda r: r.spec.target_name),

@@ -39,13 +39,15 @@ def _mean(values: list[float]) -> float | None:
 
 
 def _episode_summary(episodes: list[dict[str, Any]]) -> dict[str, Any]:
-    """success_rate, mean steps and time to success (s) of finished episodes."""
+    """success_rate, mean steps and time to success (s) of finished episodes, the early failures per reason."""
+    from ..evaluate import failure_counts
     from .units import DT
 
     ok = [e["success_step"] for e in episodes if e["success"]]
     return {"success_rate": len(ok) / max(1, len(episodes)), "mean_success_step": _mean(ok),
             "mean_time_to_success_s": _mean([s * DT for s in ok]),
-            "mean_episode_steps": _mean([e["steps"] for e in episodes]), "episodes": len(episodes)}  # fmt: skip
+            "mean_episode_steps": _mean([e["steps"] for e in episodes]), "episodes": len(episodes),
+            "failures": failure_counts([e.get("failure") for e in episodes])}  # fmt: skip
 
 
 def _direct(seeds: list[int], task: str, quiet: bool) -> list[dict[str, Any]]:
@@ -53,12 +55,17 @@ def _direct(seeds: list[int], task: str, quiet: bool) -> list[dict[str, Any]]:
 
     from .expert import expert_episode, replay
 
+    from .physics import SceneUnstable
+
     out = []
     for seed in tqdm(seeds, desc="expert", disable=quiet, file=sys.stderr):
         plan = expert_episode(seed, task)
-        step = replay(plan.actions, seed, task)
+        try:
+            step, failure = replay(plan.actions, seed, task), None
+        except SceneUnstable as exc:  # the episode fails; the next one runs
+            step, failure = None, exc.failure
         out.append({"seed": seed, "success": step is not None, "success_step": step,
-                    "steps": step or plan.steps, "ee_reward": plan.ee_reward})  # fmt: skip
+                    "steps": step or plan.steps, "ee_reward": plan.ee_reward, "failure": failure})  # fmt: skip
     return out
 
 
@@ -184,6 +191,7 @@ def _offline(args: argparse.Namespace, params_file: Path) -> int:
         summary["gif"] = _shown(gif)
     if args.json_out:
         episodes = [{"seed": r.spec.seed, "place": r.place, "success": r.success, "time_to_success_s": r.time_to_success_s,
+                     "failure": r.failure,
                      "chunks": r.chunks, "rejected": r.rejected, "texts": [vars(t) for t in r.texts]} for r in results]  # fmt: skip
         Path(args.json_out).write_text(json.dumps({"summary": summary, "episodes": episodes}, indent=1))
     print(json.dumps(summary))

@@ -119,6 +119,11 @@ class AlohaEpisode:
         return self.record.success
 
     @property
+    def failure(self) -> dict | None:
+        """Why the episode ended early as failed (MuJoCo's physics error: step, joint, message), else None."""
+        return self.record.failure
+
+    @property
     def success_time_s(self) -> float | None:
         return None if self.record.success_step is None else self.record.success_step * DT
 

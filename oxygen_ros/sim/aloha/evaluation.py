@@ -89,13 +89,13 @@ class RunningEpisode:
 
 
 @contextmanager
-def small_checkpoint(seed: int = 0) -> Iterator[dict[str, str]]:
-    """A small random ALOHA-shaped checkpoint (``checkpoint.write_small_checkpoint``) in a temporary folder,
-    as parameter overrides for ``load_params``."""
+def small_checkpoint(seed: int = 0, action_scale: float = 1.0) -> Iterator[dict[str, str]]:
+    """A small random ALOHA-shaped checkpoint (``checkpoint.write_small_checkpoint``, its action output scaled
+    by ``action_scale``) in a temporary folder, as parameter overrides for ``load_params``."""
     from .checkpoint import write_small_checkpoint
 
     with tempfile.TemporaryDirectory() as work:
-        checkpoint, tokenizer = write_small_checkpoint(Path(work), seed)
+        checkpoint, tokenizer = write_small_checkpoint(Path(work), seed, action_scale=action_scale)
         yield {"checkpoint": str(checkpoint), "tokenizer": str(tokenizer)}
 
 
