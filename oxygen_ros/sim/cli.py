@@ -82,7 +82,8 @@ def _config_from_args(args: argparse.Namespace) -> tuple[RuntimeConfig, EvalSett
 def with_overrides(config: RuntimeConfig, args: argparse.Namespace) -> RuntimeConfig:
     """The command line's threads, real-time chunking and execution horizon over the file's (validated)."""
     overrides = {"num_threads": args.num_threads, "rtc": getattr(args, "rtc", None), "replan": args.replan,
-                 "n_action_steps": args.n_action_steps}
+                 "n_action_steps": args.n_action_steps, "device": getattr(args, "device", None),
+                 "dtype": getattr(args, "dtype", None)}
     return dataclasses.replace(config, **{k: v for k, v in overrides.items() if v is not None}).validate()
 
 
@@ -276,6 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--num-objects", type=int, help=f"objects per scene (1-{MAX_OBJECTS}; default: drawn by the seed)")
     ev.add_argument("--questions", type=int, default=0, help="questions asked per episode through the ask path (answer_accuracy)")
     ev.add_argument("--num-threads", type=int, help="torch CPU threads")
+    ev.add_argument("--device", help="run the model here instead of the file's device (e.g. cpu for a file that says cuda)")
+    ev.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="the model's dtype instead of the file's")
     _add_execution_args(ev)
     ev.add_argument("--envs", type=int, default=1,
                     help="episodes run at once through one engine (their chunks batched); default 1: one by one")

@@ -155,7 +155,8 @@ def _offline(args: argparse.Namespace, params_file: Path) -> int:
             else:
                 runtime, expert, running = PolicyRuntime.load(config), None, None
         except RuntimeLoadError as exc:
-            print(f"oxygen-sim: {exc}", file=sys.stderr)
+            hint = " (--device cpu runs it on the CPU)" if "CUDA is not available" in str(exc) else ""
+            print(f"oxygen-sim: {exc}{hint}", file=sys.stderr)
             return 1
         kept = {"instruction": args.instruction} if args.instruction is not None else {}
         try:
@@ -205,8 +206,9 @@ def _through_node(args: argparse.Namespace, params_file: Path) -> int:
     from oxygen_ros.runtime import RuntimeLoadError
     from oxygen_ros.runtime.params_file import ParamsFileError
 
+    overrides = {k: v for k, v in (("device", args.device), ("dtype", args.dtype), ("num_threads", args.num_threads)) if v is not None}
     try:
-        values = node_values(params_file)
+        values = node_values(params_file, overrides)
     except (OSError, ParamsFileError) as exc:
         print(f"oxygen-sim: {exc}", file=sys.stderr)
         return 2
