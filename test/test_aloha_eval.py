@@ -55,6 +55,9 @@ def test_expert_as_model_hands_the_cube_over_and_texts_are_scored_at_their_frame
         answers = [t for t in r.texts if t.task == ASK_TASK]
         assert len(answers) == 2 and all(t.label in ("neither arm", "the right arm") or t.label.startswith(("on the table", "in the"))
                                          for t in answers)  # fmt: skip
+        # the first while the cube stands where it started, the second while an arm holds it
+        assert answers[0].label in ("neither arm", f"on the table, {r.place}")
+        assert answers[1].label in ("the right arm", "in the right gripper"), answers[1]
     summary = summarize(results, runtime, settings)
     assert summary["success_rate"] == 1.0 and summary["text_outputs"]["language"] == 27
 

@@ -154,6 +154,11 @@ class SimEpisode:
         """What the scene's truth says now, per text task: the subtask, the scene note, the object's place."""
         return {"language": self.subtask, "memory": self.memory, "location": self.location}
 
+    @staticmethod
+    def question_due(chunk: int, asked: int) -> bool:
+        """Questions go with the frames of chunks 1, 4, 7, ... (one each)."""
+        return chunk == 1 + 3 * asked
+
     def draw_question(self, rng: np.random.Generator, split: str) -> tuple[str, str]:
         """A question about the scene (``questions.draw_question``, phrased from ``split``) and its answer now."""
         question = draw_question(self.scene, rng, split)

@@ -146,7 +146,8 @@ class EpisodeLoop:
     The episode comes from ``spec.make_episode(control_period_s, time_limit_s)``: the table-top `SimEpisode`
     or the MuJoCo ALOHA's (`aloha/episode.py`). It advances its physics (``advance``), shows ``images(size)``
     and ``state``, takes timed trajectories (``deliver``), says its texts' truth (``labels()``: the
-    narration and memory labels of the frame; ``draw_question(rng, split)``: a question and its answer now),
+    narration and memory labels of the frame; ``draw_question(rng, split)``: a question and its answer now;
+    ``question_due(chunk, asked)``: whether the next question goes with the frame of that chunk),
     and reports ``done``, ``succeeded``, ``success_time_s``, ``time_s``, ``location``, ``absent``,
     ``switches``, ``rejected``, ``failure`` (why it ended early as failed, e.g. MuJoCo's physics error; None)
     and ``jerk_rms()``; ``close()`` frees what it holds once the result is taken.
@@ -164,7 +165,7 @@ class EpisodeLoop:
         self.text = _TextCollector(self.labels)
         self.result = EpisodeResult(spec, False, None, 0.0, 0, 0, place=self.episode.location,
                                     absent=self.episode.absent)
-        self._ask_at = {1 + 3 * i for i in range(settings.questions)}  # the chunks before which a question is asked
+        self._asked = 0  # questions asked so far (the episode says when each is due: ``question_due``)
         self._question_rng = np.random.default_rng([spec.seed, 29])
         self.tick = 0  # control ticks since the episode started
         self._last_chunk_s: float | None = None
@@ -196,7 +197,8 @@ class EpisodeLoop:
                 self.result.skipped_ticks += 1
                 self.tick += 1
                 continue
-            if self.result.chunks in self._ask_at:
+            if self._asked < settings.questions and episode.question_due(self.result.chunks, self._asked):
+                self._asked += 1
                 question, truth = episode.draw_question(self._question_rng, settings.question_split)
                 request = runtime.ask(runtime.question_tokens(question), ANSWER_MAX_TOKENS, self.robot)
                 self.text.answers[request], self.text.questions[request] = truth, question

@@ -144,6 +144,13 @@ class AlohaEpisode:
     def labels(self) -> dict[str, str | None]:
         return {"language": scene_texts.phase(self.physics), "memory": scene_texts.memory_note(self.physics)}
 
+    def question_due(self, chunk: int, asked: int) -> bool:
+        """The first question with the frame of chunk 1 (the cube where it started); each later one with the next
+        frame at which an arm holds the cube (so "the right arm" and "in the right gripper" are truths too)."""
+        if asked == 0:
+            return chunk == 1
+        return chunk > 1 and scene_texts.holder(self.physics) is not None
+
     def draw_question(self, rng: np.random.Generator, split: str) -> tuple[str, str]:
         """One of ``scene_texts.QUESTIONS`` and its answer now (one phrasing each: ``split`` changes nothing)."""
         question = scene_texts.QUESTIONS[int(rng.integers(len(scene_texts.QUESTIONS)))]
