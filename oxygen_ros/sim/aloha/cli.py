@@ -28,6 +28,7 @@ ENV_PREFIX = "aloha_"
 ALOHA_DEMO_PARAMS = Path(__file__).resolve().parents[3] / "config" / "aloha_demo.yaml"  # --env aloha_* without --params-file
 ENVS = ("aloha_transfer_cube", "aloha_insertion")
 GIF_EVERY_STEPS = 5  # a GIF frame every 0.1 s of sim time, shown at 10 fps: real time
+GIF_STEPS_AFTER_SUCCESS = 50  # the filmed episode runs 1 s past the hand-over: the left arm seen holding the cube
 
 
 def task_of(env: str) -> str:
@@ -167,8 +168,8 @@ def _offline(args: argparse.Namespace, params_file: Path) -> int:
         started = time.perf_counter()
         results, gif = [], None
         with torch.inference_mode():
-            if args.gif:  # the first episode recorded: the same episode (its result does not depend on being filmed)
-                loop = EpisodeLoop(runtime, specs[0], settings)
+            if args.gif:  # the first episode recorded: the same episode, run on 1 s past a hand-over (same outcome)
+                loop = EpisodeLoop(runtime, dataclasses.replace(specs[0], steps_after_success=GIF_STEPS_AFTER_SUCCESS), settings)
                 recorder = EpisodeRecorder(loop, runtime.image_size)
                 results.append(drive(loop))
                 gif = recorder.write(results[0], Path(args.gif))

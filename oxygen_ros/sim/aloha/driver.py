@@ -7,7 +7,7 @@ controller per gripper taking the gripper joint's radians, and joint states in t
 actuators get the trajectory's setpoint for the end of each step (an action of a chunk belongs to the end of
 its step, as in gym-aloha where action k is the target during step k); the gripper's finger goes where the
 joint command puts it. Episodes run one after another on one clock (sim time, from 0), each ending at
-reward 4 or after ``episode_steps``.
+reward 4 (or ``steps_after_success`` later), after ``episode_steps``, or at a physics error (failed).
 """
 
 from __future__ import annotations
@@ -47,9 +47,10 @@ class EpisodeRecord:
     def success(self) -> bool:
         return self.success_step is not None
 
-    @property
-    def ended_early(self) -> bool:
-        return self.success or self.failure is not None
+    def ended(self, episode_steps: int, steps_after_success: int = 0) -> bool:
+        """At the step limit, a physics error, or ``steps_after_success`` steps after reward 4 came."""
+        after = self.success_step is not None and self.steps >= self.success_step + steps_after_success
+        return self.steps >= episode_steps or self.failure is not None or after
 
     def as_dict(self, event: str) -> dict:
         return {"event": event, "index": self.index, "seed": self.seed, "success": self.success,
@@ -79,6 +80,7 @@ class AlohaDriver:
     episode_steps: int = 400
     prefixes: tuple[str, str] = ("left_", "right_")
     fast_render: bool = False
+    steps_after_success: int = 0  # an episode runs on this long after reward 4 (a recording shows the hand-over end)
     physics: AlohaPhysics = field(init=False)
     episodes: list[EpisodeRecord] = field(default_factory=list, init=False)
     step_count: int = field(default=0, init=False)  # global steps: sim time = step_count · DT
@@ -102,7 +104,7 @@ class AlohaDriver:
     @property
     def episode(self) -> EpisodeRecord | None:
         """The episode running now (None before the first and after the last)."""
-        if not self.episodes or self.episodes[-1].steps >= self.episode_steps or self.episodes[-1].ended_early:
+        if not self.episodes or self.episodes[-1].ended(self.episode_steps, self.steps_after_success):
             return None
         return self.episodes[-1]
 

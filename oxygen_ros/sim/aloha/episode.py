@@ -69,6 +69,7 @@ class AlohaEpisodeSpec:
     fast_render: bool = True  # the training data's look: no shadows, no anti-aliasing
     family: str = "plain"
     target_name: str = "cube"
+    steps_after_success: int = 0  # steps run on after reward 4 (a recording shows the left arm holding the cube)
     on_start: Callable[["AlohaEpisode"], None] | None = field(default=None, compare=False, repr=False)
 
     def make_episode(self, control_period_s: float, time_limit_s: float) -> "AlohaEpisode":
@@ -81,7 +82,8 @@ class AlohaEpisodeSpec:
 class AlohaEpisode:
     def __init__(self, spec: AlohaEpisodeSpec, episode_steps: int = EPISODE_STEPS) -> None:
         self.spec = spec
-        self.driver = AlohaDriver([spec.seed], spec.task, episode_steps, fast_render=spec.fast_render)
+        self.driver = AlohaDriver([spec.seed], spec.task, episode_steps, fast_render=spec.fast_render,
+                                  steps_after_success=spec.steps_after_success)  # fmt: skip
         self.record = self.driver.start_next()
         self.physics = self.driver.physics
         self._origin_step = self.driver.step_count  # the driver's clock never starts at 0; the episode's does

@@ -28,7 +28,7 @@ class EpisodeRecorder:
         if not isinstance(loop.episode, AlohaEpisode):
             raise TypeError("the recorder records MuJoCo ALOHA episodes")
         self.loop, self.image_size, self.every_steps = loop, image_size, every_steps
-        self.log = EpisodeLog(0, loop.spec.instruction, start_ns=0)
+        self.log = EpisodeLog(0, loop.spec.instruction, start_ns=0, camera_labels=CAMERAS)
         self._seen = 0  # text records already captioned
         loop.episode.on_step = self._on_step
         self._on_step(loop.episode)  # the scene at the start
