@@ -25,6 +25,7 @@ from pathlib import Path
 from oxygen_ros.demo import (ROOT, Listener, add_run_args, check_run_rules, report_figures, say, spin_until, start_policy,
                              start_sim, stop, wait_for_policy, write_episode_gif)  # fmt: skip
 from oxygen_ros.sim.aloha import scene_texts
+from oxygen_ros.sim.aloha.driver import failure_text
 from oxygen_ros.sim.media import EpisodeLog, write_summary
 
 DEMO_SEED = 0  # held-out scenes (training seeds start at TRAIN_SEED_BASE)
@@ -55,6 +56,8 @@ class AlohaListener(Listener):
         if e["success"]:
             seconds = e["success_step"] * DT_S
             return seconds, f"SUCCESS: handed over at step {e['success_step']} ({seconds:.1f} s)"
+        if e.get("failure"):  # MuJoCo found the state unstable: the episode ended there, the next one runs
+            return None, f"FAILED: {failure_text(e['failure'])}"
         return None, f"FAILED: no hand-over in {e['steps']} steps (best reward {e['best_reward']} of 4)"
 
     def question(self, log: EpisodeLog, i: int) -> str:

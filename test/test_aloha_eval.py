@@ -128,14 +128,16 @@ def test_the_default_file_without_its_checkpoint_fails_in_one_line(capsys) -> No
 
 
 def test_runtime_image_size_and_state_reach_the_model() -> None:
-    """Frames carry the three cameras at the runtime's square size and the file's joint state in driver units."""
+    """Frames carry the three cameras at the file's camera size (what the simulator node sends; the runtime resizes
+    them to the model's) and the file's joint state in driver units."""
     with small_checkpoint() as overrides:
         params = load_params(PARAMS, overrides)
         runtime = PolicyRuntime.load(eval_config(params.config, engine_mode="action_only"))
     (spec,) = episode_specs(params.wiring, 2, 1)
     episode = spec.make_episode(0.02, 8.0)
     images = episode.images(runtime.image_size)
-    assert len(images) == 3 and all(im.shape == (runtime.image_size, runtime.image_size, 3) for im in images)
+    assert runtime.image_size != 96 and params.wiring.camera_size == (96, 96)
+    assert len(images) == 3 and all(im.shape == (96, 96, 3) for im in images)
     state = episode.state
     assert state.shape == (14,) and 0.018 < state[6] < 0.06 and np.allclose(state[:6], [0, -0.96, 1.16, 0, -0.3, 0], atol=0.02)
 

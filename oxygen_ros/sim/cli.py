@@ -293,10 +293,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "in place of the file's; its texts are random): checks the loop, the adapter and the conversions")
     ev.add_argument("--through-node", action="store_true",
                     help="--env aloha_*: run oxygen_node and the simulator node over DDS in lockstep instead")
-    ev.add_argument("--image-width", type=int, help="--through-node: camera image width (default: the file's camera_widths, else 320)")
-    ev.add_argument("--image-height", type=int, help="--through-node: camera image height (default: the file's camera_heights, else 240)")
-    ev.add_argument("--fast-render", action="store_true", help="--through-node: no shadows, no anti-aliasing (10x cheaper; "
-                    "the loop without DDS always renders so, as the training data is)")
+    ev.add_argument("--image-width", type=int, help="--through-node: camera image width (default: the file's camera_widths, "
+                    "else the model's image size, as the loop without DDS renders)")
+    ev.add_argument("--image-height", type=int, help="--through-node: camera image height (default: the file's camera_heights, "
+                    "else the model's image size)")
+    ev.add_argument("--fast-render", action=argparse.BooleanOptionalAction, default=True,
+                    help="--through-node: no shadows, no anti-aliasing (default, about 10x cheaper, as the training data and "
+                    "the loop without DDS render; --no-fast-render for the full-quality look)")
     ch = sub.add_parser("chunking", help="naive vs time-aligned vs time-aligned + RTC at several latencies")
     ch.add_argument("--episodes", type=int, default=20)
     ch.add_argument("--seed", type=int, default=0)

@@ -215,7 +215,9 @@ def _through_node(args: argparse.Namespace, params_file: Path) -> int:
         return 2
     seeds = list(range(args.seed, args.seed + args.episodes))
     widths, heights = values.get("camera_widths") or [], values.get("camera_heights") or []
-    image_size = (args.image_height or (heights[0] if heights else 240), args.image_width or (widths[0] if widths else 320))
+    # the file's camera size, else the model's (square): the loop without DDS renders the same
+    height, width = args.image_height or (heights[0] if heights else 0), args.image_width or (widths[0] if widths else 0)
+    image_size = (height, width) if height and width else None
     try:
         result = run_loop(values, seeds, task_of(args.env), image_size=image_size, fast_render=args.fast_render,
                           gif_every_steps=GIF_EVERY_STEPS if args.gif else 0, timeout_s=args.timeout)  # fmt: skip

@@ -62,15 +62,15 @@ class EpisodeRecord:
         if self.success:
             return f"success at step {self.success_step}"
         if self.failure is not None:
-            return failure_text(self.failure)
+            return f"failed: {failure_text(self.failure)}"
         return f"failed (best reward {self.best_reward})"
 
 
 def failure_text(failure: dict) -> str:
-    """An episode's early failure in words: "failed: physics_error at step 37 (joint right_shoulder): ..."."""
+    """An episode's early failure in words: "physics_error at step 37 (joint right_shoulder): ..."."""
     joint = f" (joint {failure['joint']})" if failure.get("joint") else ""
     message = f": {failure['message']}" if failure.get("message") else ""
-    return f"failed: {failure['reason']} at step {failure['step']}{joint}{message}"
+    return f"{failure['reason']} at step {failure['step']}{joint}{message}"
 
 
 @dataclass

@@ -40,10 +40,12 @@ class WiringError(ValueError):
 
 @dataclass(frozen=True)
 class AlohaWiring:
-    """How a params file meets the drivers: the state's joint names and the outputs (dims, conversions)."""
+    """How a params file meets the drivers: the state's joint names, the outputs (dims, conversions) and the
+    cameras' size (width, height) its ``camera_widths``/``camera_heights`` ask for (None: any, the model's)."""
 
     state_joints: tuple[str, ...]
     outputs: tuple[OutputSpec, ...]
+    camera_size: tuple[int, int] | None = None
 
     @property
     def action_joints(self) -> tuple[str, ...]:
@@ -131,8 +133,10 @@ class AlohaEpisode:
 
     # ----------------------------------------------------------------------------------- observation
     def images(self, size: int) -> tuple[np.ndarray, ...]:
-        """cam_high and the two wrist cameras, square, as the training data renders them."""
-        return tuple(camera_images(self.physics, size, size, CAMERAS).values())
+        """cam_high and the two wrist cameras at the params file's camera size, else square at ``size`` (the
+        model's, as the training data renders them): what the simulator node sends the policy node."""
+        width, height = self.spec.wiring.camera_size or (size, size)
+        return tuple(camera_images(self.physics, height, width, CAMERAS).values())
 
     @property
     def state(self) -> np.ndarray:
