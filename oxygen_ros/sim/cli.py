@@ -183,7 +183,7 @@ def _eval(args: argparse.Namespace) -> int:
             "seed": r.spec.seed, "family": r.spec.family, "instruction": r.spec.instruction, "target": r.spec.target_name,
             "place": r.place, "absent": r.absent, "distractor": r.spec.distractor, "lighting": vars(r.spec.lighting),
             "success": r.success,
-            "time_to_success_s": r.time_to_success_s, "failure": r.failure, "chunks": r.chunks, "jerk_rms": r.jerk_rms,
+            "time_to_success_s": r.time_to_success_s, "failure": r.failure, "chunks": r.chunks, "jerk_rms_rad_s3": r.jerk_rms,
             "switch_jumps": r.switch_jumps, "texts": [vars(t) for t in r.texts],
         } for r in results]  # fmt: skip
         Path(args.json_out).write_text(json.dumps({"summary": summary, "episodes": episodes}, indent=1))

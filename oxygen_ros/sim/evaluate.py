@@ -432,7 +432,7 @@ def summarize(results: list[EpisodeResult], runtime: PolicyRuntime, settings: Ev
         "blank_cameras": settings.blank_cameras,
         "mean_switch_jump_rad": float(np.mean(jumps)) if jumps else None,
         "max_switch_jump_rad": float(np.max(jumps)) if jumps else None,
-        "mean_jerk_rms": float(np.mean([r.jerk_rms for r in results])) if results else None,
+        "mean_jerk_rms_rad_s3": float(np.mean([r.jerk_rms for r in results])) if results else None,  # rad/s³
         "skipped_ticks": sum(r.skipped_ticks for r in results),
         # episodes ended early as failed, per reason: a physics error (MuJoCo), a chunk of NaN/inf actions
         "failures": failure_counts([r.failure for r in results]),
