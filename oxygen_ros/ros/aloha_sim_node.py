@@ -89,6 +89,8 @@ ALOHA_PARAMS = (
     ParamSpec("viewer_every_steps", "int", 0, "> 0: every this many steps the cameras side by side on viewer_topic "
               "(reliable; for recordings such as the demo's GIF); 0: none.", low=0, high=100_000),
     ParamSpec("viewer_topic", "str", "~/viewer/image_raw", "sensor_msgs/Image: the cameras side by side."),
+    ParamSpec("viewer_size", "int", 0, "Each camera's width and height on the viewer, rendered apart (e.g. 224: a recording "
+              "sharper than small policy images); 0: the policy's images themselves.", low=0, high=2048),
     ParamSpec("wait_for_listener", "bool", False, "With viewer_every_steps and wait_for_commander_s: the first episode "
               "also waits for a subscriber to the viewer (a recorder that must not miss the first frames)."),
 )
@@ -265,7 +267,7 @@ class AlohaSimNode(Node):
         if self.on_step is not None:
             self.on_step(d)
         if ended is not None:
-            self._publish_viewer(self._render() if self._viewer_pub is not None else [], d.time_ns)  # the scene it ended in
+            self._publish_viewer(self._render_viewer() if self._viewer_pub is not None else [], d.time_ns)  # the scene it ended in
             self._report("end", ended)
             say = self.get_logger().warning if ended.failure else self.get_logger().info
             say(f"episode {ended.index + 1}: {ended.outcome()}" + ("; the scene is reset for the next episode" if ended.failure else ""))
@@ -343,19 +345,25 @@ class AlohaSimNode(Node):
         viewer = self._viewer_pub is not None and self.driver.episodes[-1].steps % self.v["viewer_every_steps"] == 0
         if not images and not viewer:
             return
-        frames = self._render()
+        frames = self._render() if images or not self.v["viewer_size"] else []
         if images:
             for camera, pub, frame in zip(self.v["camera_names"], self._camera_pubs, frames):
                 pub.publish(array_to_image(frame, stamp=now_ns, frame_id=camera))
             self.stats["frames"] += len(self._camera_pubs)
         if viewer:
-            self._publish_viewer(frames, now_ns)
+            self._publish_viewer(self._render_viewer() if self.v["viewer_size"] else frames, now_ns)
 
-    def _render(self) -> list[np.ndarray]:
+    def _render(self, height: int = 0, width: int = 0) -> list[np.ndarray]:
         started = time.perf_counter()
-        frames = [self.driver.physics.render(c, self.v["image_height"], self.v["image_width"]) for c in self.v["camera_names"]]
+        height, width = height or self.v["image_height"], width or self.v["image_width"]
+        frames = [self.driver.physics.render(c, height, width) for c in self.v["camera_names"]]
         self.stats["render_s"] += time.perf_counter() - started
         return frames
+
+    def _render_viewer(self) -> list[np.ndarray]:
+        """The cameras for the viewer: at ``viewer_size`` when set, else the policy's images."""
+        size = self.v["viewer_size"]
+        return self._render(size, size) if size else self._render()
 
     def _publish_viewer(self, frames: list[np.ndarray], now_ns: int) -> None:
         if self._viewer_pub is not None:

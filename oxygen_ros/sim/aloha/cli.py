@@ -170,7 +170,7 @@ def _offline(args: argparse.Namespace, params_file: Path) -> int:
         with torch.inference_mode():
             if args.gif:  # the first episode recorded: the same episode, run on 1 s past a hand-over (same outcome)
                 loop = EpisodeLoop(runtime, dataclasses.replace(specs[0], steps_after_success=GIF_STEPS_AFTER_SUCCESS), settings)
-                recorder = EpisodeRecorder(loop, runtime.image_size)
+                recorder = EpisodeRecorder(loop)
                 results.append(drive(loop))
                 gif = recorder.write(results[0], Path(args.gif))
         try:
