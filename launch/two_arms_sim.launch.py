@@ -17,7 +17,7 @@ down, oxygen_node included. It also ends when oxygen_node exits while arms still
 A robot launch (oxygen.launch.py) has no such end: the node keeps serving and logs one line per robot that lost its
 inputs.
 
-Without ROS launch: `python -m oxygen_ros.demo --robots 2` (scripts/demo.sh --robots 2) runs the same.
+Without ROS launch: `python -m oxygen_ros.demos --robots 2` (scripts/demo.sh --robots 2) runs the same.
 """
 
 import os

@@ -4,7 +4,7 @@
 
 Builds one random model of the preset (every norm weight random too, so rounding 1 + w matters as it does in
 trained weights), runs the same frames (random images, prompt, noise) in float32, in plain bfloat16 and in
-bfloat16 with openpi's and LeRobot's float32 islands (``oxygen_ros.model.precision``), and prints the max and
+bfloat16 with openpi's and LeRobot's float32 islands (``oxygen_ros.model.network.precision``), and prints the max and
 mean absolute difference of the normalized action chunks against float32.
 """
 
@@ -15,10 +15,10 @@ import copy
 
 import torch
 
-from oxygen_ros.model.config import preset
-from oxygen_ros.model.layers import AdaRMSNorm, RMSNorm
-from oxygen_ros.model.precision import cast_for_inference
-from oxygen_ros.model.vla import Pi05Model
+from oxygen_ros.model.network.config import preset
+from oxygen_ros.model.network.layers import AdaRMSNorm, RMSNorm
+from oxygen_ros.model.network.precision import cast_for_inference
+from oxygen_ros.model.network.vla import Pi05Model
 
 
 def random_model(name: str, seed: int) -> Pi05Model:

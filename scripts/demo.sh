@@ -5,4 +5,4 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 bash scripts/setup.sh
-exec bash scripts/in_netns.sh "$root/.venv/bin/python" -m oxygen_ros.demo "$@"
+exec bash scripts/in_netns.sh "$root/.venv/bin/python" -m oxygen_ros.demos "$@"

@@ -80,7 +80,7 @@ step conformance 180 "$py" -m pytest -q -p no:cacheprovider -rs test/test_cuda.p
 step pi05 300 "$py" -m oxygen_ros.bench.cli --device cuda --preset pi05 --dtype bfloat16 \
   --modes action_only sequential oxygen --lengths 30 --tokens-per-frame 1 --frames 12 --eager-prefill \
   --kv-budget-mb 2048 --out "$out/pi05"
-step prefill_profile 90 "$py" -m oxygen_ros.bench.prefill_profile --preset pi05 --device cuda --dtype bfloat16
+step prefill_profile 90 "$py" -m oxygen_ros.bench.probes.prefill_profile --preset pi05 --device cuda --dtype bfloat16
 step fleet 240 "$py" -m oxygen_ros.bench.cli --device cuda --preset pi05 --dtype bfloat16 --robots 1,8 \
   --seconds 4 --repeats 1 --kv-budget-mb 4096 --out "$out/fleet"
 step bench_quick 240 "$py" -m oxygen_ros.bench.cli --device cuda --quick --eager-prefill --out "$out/bench"

@@ -31,7 +31,7 @@ def rss_mb(pid: int) -> float:
 
 
 def start_sim(params: dict, log: Path) -> subprocess.Popen:
-    args = [sys.executable, "-m", "oxygen_ros.ros.sim_main", "--ros-args"]
+    args = [sys.executable, "-m", "oxygen_ros.sim_ros.main", "--ros-args"]
     for name, value in params.items():
         args += ["-p", f"{name}:={json.dumps(value)}"]
     return subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=REPO)

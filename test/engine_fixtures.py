@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import torch
 
 from oxygen_ros.engine import FrameInput
-from oxygen_ros.model.config import TINY, ModelConfig
-from oxygen_ros.model.vla import Pi05Model
+from oxygen_ros.model.network.config import TINY, ModelConfig
+from oxygen_ros.model.network.vla import Pi05Model
 
 
 def tiny_model(seed: int = 0, **changes) -> Pi05Model:

@@ -25,9 +25,9 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from oxygen_ros.model.checkpoint import save_checkpoint
-from oxygen_ros.model.config import TINY, ModelConfig
-from oxygen_ros.model.vla import Pi05Model
+from oxygen_ros.model.checkpoints.checkpoint import save_checkpoint
+from oxygen_ros.model.network.config import TINY, ModelConfig
+from oxygen_ros.model.network.vla import Pi05Model
 
 # The references' prefix attention (bidirectional), at the tiny size.
 REF_TINY = TINY.replace(prefix_attention="bidirectional")

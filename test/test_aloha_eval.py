@@ -16,7 +16,7 @@ require_aloha()
 
 from oxygen_ros.engine import ASK_TASK  # noqa: E402
 from oxygen_ros.runtime import PolicyRuntime  # noqa: E402
-from oxygen_ros.sim import cli  # noqa: E402
+from oxygen_ros.apps import oxygen_sim as cli  # noqa: E402 (oxygen-sim, --through-node included)
 from oxygen_ros.sim.aloha import scene_texts  # noqa: E402
 from oxygen_ros.sim.aloha.episode import AlohaEpisodeSpec, AlohaWiring  # noqa: E402
 from oxygen_ros.sim.aloha.evaluation import eval_config, episode_specs, expert_as_model, load_params, small_checkpoint  # noqa: E402

@@ -17,7 +17,7 @@ from aloha_available import require_aloha
 
 require_aloha()
 
-from oxygen_ros.ros.aloha_loop import node_values, run_loop  # noqa: E402
+from oxygen_ros.sim_ros.aloha_loop import node_values, run_loop  # noqa: E402
 from oxygen_ros.runtime import PolicyRuntime  # noqa: E402
 from oxygen_ros.sim.aloha.evaluation import eval_config, episode_specs, load_params, small_checkpoint  # noqa: E402
 from oxygen_ros.sim.evaluate import evaluate  # noqa: E402

@@ -11,7 +11,7 @@ from aloha_available import require_aloha  # noqa: E402
 require_aloha()
 
 from oxygen_ros.embodiment import make_adapter  # noqa: E402
-from oxygen_ros.model.normalize import NormStats, Normalizer  # noqa: E402
+from oxygen_ros.model.checkpoints.normalize import NormStats, Normalizer  # noqa: E402
 from oxygen_ros.runtime.trajectory import TimedTrajectory  # noqa: E402
 from oxygen_ros.sim.aloha import units  # noqa: E402
 from oxygen_ros.sim.aloha.driver import AlohaDriver, joint_names  # noqa: E402

@@ -24,7 +24,7 @@ from trajectory_msgs.msg import JointTrajectory  # noqa: E402
 
 from oxygen_ros.interface.convert import stamp_to_ns  # noqa: E402
 from oxygen_ros.interface.outputs import to_trajectory_msg  # noqa: E402
-from oxygen_ros.ros.aloha_loop import node_values, run_loop, through_outputs  # noqa: E402
+from oxygen_ros.sim_ros.aloha_loop import node_values, run_loop, through_outputs  # noqa: E402
 from oxygen_ros.runtime.trajectory import TimedTrajectory  # noqa: E402
 from oxygen_ros.sim.aloha import units  # noqa: E402
 from oxygen_ros.sim.aloha.checkpoint import write_small_checkpoint  # noqa: E402
@@ -59,7 +59,7 @@ def test_sim_node_waits_for_its_policy_and_speaks_the_drivers_units(ros_context)
     cam = cams[1]
     episodes = Collector(node, String, "/oxygen_sim_node/episode", QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
                                                                             durability=rclpy.qos.DurabilityPolicy.TRANSIENT_LOCAL))
-    sim = NodeProcess([REPO / "config" / "aloha_sim.yaml"], module="oxygen_ros.ros.sim_main", ros_args=[
+    sim = NodeProcess([REPO / "config" / "aloha_sim.yaml"], module="oxygen_ros.sim_ros.main", ros_args=[
         "-p", "image_width:=64", "-p", "image_height:=48", "-p", "fast_render:=true", "-p", "episodes:=1",
         "-p", "episode_steps:=30", "-p", "query_every_steps:=10"]).start()  # fmt: skip
     try:
@@ -171,12 +171,12 @@ def test_sim_node_at_wall_clock_pace_without_a_policy(ros_context) -> None:
     clock = Collector(node, Clock, "/clock", RELIABLE)
     args = ["-p", "lockstep:=false", "-p", "wait_for_commander_s:=0.0", "-p", "episodes:=1", "-p", "episode_steps:=400",
             "-p", "image_width:=32", "-p", "image_height:=32", "-p", "fast_render:=true", "-p", "exit_when_done:=false"]  # fmt: skip
-    with NodeProcess([REPO / "config" / "aloha_sim.yaml"], module="oxygen_ros.ros.sim_main", ros_args=args) as sim:
+    with NodeProcess([REPO / "config" / "aloha_sim.yaml"], module="oxygen_ros.sim_ros.main", ros_args=args) as sim:
         assert spin_until(executor, lambda: len(clock) >= 20, timeout=60), sim.output()  # (8 s of steps: discovery fits)
         stamps = [stamp_to_ns(m.clock) for m in clock.messages[:20]]
         assert stamps[-1] - stamps[0] == 19 * 20_000_000
         assert 0.3 < clock.times[19] - clock.times[0] < 3.0  # 19 steps of 20 ms: never faster than the wall clock
-    bad = NodeProcess([REPO / "config" / "aloha_sim.yaml"], module="oxygen_ros.ros.sim_main",
+    bad = NodeProcess([REPO / "config" / "aloha_sim.yaml"], module="oxygen_ros.sim_ros.main",
                       ros_args=["-p", "camera_names:=[top, cam_low, right_wrist]"]).start()  # fmt: skip
     assert bad.wait(timeout=60) == 1 and "camera_names ['cam_low'] are not cameras of the scene" in bad.output()
     executor.shutdown()

@@ -20,7 +20,7 @@ from gym_aloha.utils import sample_box_pose  # noqa: E402
 
 from oxygen_ros.embodiment import AdapterError, make_adapter  # noqa: E402
 from oxygen_ros.engine import ASK_TASK  # noqa: E402
-from oxygen_ros.model.config import TINY  # noqa: E402
+from oxygen_ros.model.network.config import TINY  # noqa: E402
 from oxygen_ros.runtime.config import RuntimeConfig  # noqa: E402
 from oxygen_ros.runtime.policy import PolicyRuntime  # noqa: E402
 from oxygen_ros.sim.aloha import dataset, scene_texts  # noqa: E402

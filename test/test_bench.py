@@ -15,7 +15,7 @@ import torch
 from oxygen_ros.bench.report import add_comparisons, interpolate_decode
 from oxygen_ros.bench.machine import MATRIX_FEATURES, cpu_flags
 from oxygen_ros.bench.workload import bf16_supported
-from oxygen_ros.model.compiled import compiler_available
+from oxygen_ros.model.backends.compiled import compiler_available
 
 
 def run_bench(out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
@@ -147,7 +147,7 @@ def test_startup_times_a_cold_and_a_warm_process(tmp_path: Path) -> None:
 
 
 def _arithmetic_processes() -> list[str]:
-    from oxygen_ros.bench.lane_contention import ARITHMETIC_ONLY
+    from oxygen_ros.bench.probes.lane_contention import ARITHMETIC_ONLY
 
     found = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
@@ -160,10 +160,10 @@ def _arithmetic_processes() -> list[str]:
 
 
 def test_lane_contention_times_the_chunk_alone_and_beside_each_load() -> None:
-    from oxygen_ros.model.packed_decode import can_pack
+    from oxygen_ros.model.network.packed_decode import can_pack
 
     packs = can_pack(torch.zeros(1, dtype=torch.bfloat16))  # bfloat16 on a CPU with oneDNN: both decode weights
-    cmd = [sys.executable, "-m", "oxygen_ros.bench.lane_contention", "--preset", "tiny",
+    cmd = [sys.executable, "-m", "oxygen_ros.bench.probes.lane_contention", "--preset", "tiny",
            "--dtype", "bfloat16" if packs else "float32", "--actions", "eager", "--live", "3", "--rounds", "2",
            "--samples", "2"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -178,7 +178,7 @@ def test_lane_contention_times_the_chunk_alone_and_beside_each_load() -> None:
 
 
 def test_packed_weights_compares_the_decode_products_bit_for_bit() -> None:
-    cmd = [sys.executable, "-m", "oxygen_ros.bench.packed_weights", "--preset", "tiny", "--dtype", "float32",
+    cmd = [sys.executable, "-m", "oxygen_ros.bench.probes.packed_weights", "--preset", "tiny", "--dtype", "float32",
            "--rows", "1", "3", "--rounds", "1", "--repeats", "3"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -12,24 +12,24 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from oxygen_ros.model.checkpoint import (
+from oxygen_ros.model.checkpoints.checkpoint import (
     CheckpointError,
     detect_layout,
     load_checkpoint,
     read_config,
     save_checkpoint,
 )
-from oxygen_ros.model.precision import cast_for_inference
-from oxygen_ros.model.config import PI05, TINY, ModelConfig
-from oxygen_ros.model.key_maps import (
+from oxygen_ros.model.network.precision import cast_for_inference
+from oxygen_ros.model.network.config import PI05, TINY, ModelConfig
+from oxygen_ros.model.checkpoints.key_maps import (
     config_from_lerobot,
     config_from_openpi,
     lerobot_config_json,
     openpi_config_json,
     to_native,
 )
-from oxygen_ros.model.normalize import load_norm_stats
-from oxygen_ros.model.vla import Pi05Model
+from oxygen_ros.model.checkpoints.normalize import load_norm_stats
+from oxygen_ros.model.network.vla import Pi05Model
 
 from layouts import random_model
 

@@ -16,7 +16,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
 
 from layouts import REF_TINY, lerobot_folder, openpi_converted, openpi_norm_stats, random_model, stats_arrays
-from oxygen_ros.model.tokenizer import train_tokenizer
+from oxygen_ros.model.tokenizers.tokenizer import train_tokenizer
 from oxygen_ros.interface.convert import array_to_image, ns_to_stamp
 from ros_helpers import Collector, NodeProcess, make_test_node, spin_until, wait_for_match, write_params
 

@@ -19,11 +19,12 @@ from engine_fixtures import make_frame, model_with_norms
 from oxygen_ros.engine import Engine
 from oxygen_ros.engine.engine import EngineLanes
 from oxygen_ros.engine.types import ChunkGuide
-from oxygen_ros.model.compiled import FusedActionSampler, compiler_available, make_action_sampler
-from oxygen_ros.model.compiled_aot import COUNTERS
-from oxygen_ros.model.config import TINY
-from oxygen_ros.model.rtc import prefix_weights, sample_actions_rtc
-from oxygen_ros.model.vla import Pi05Model
+from oxygen_ros.model.backends.action_sampler import make_action_sampler
+from oxygen_ros.model.backends.compiled import FusedActionSampler, compiler_available
+from oxygen_ros.model.backends.compiled_aot import COUNTERS
+from oxygen_ros.model.network.config import TINY
+from oxygen_ros.model.network.rtc import prefix_weights, sample_actions_rtc
+from oxygen_ros.model.network.vla import Pi05Model
 
 needs_compiler = pytest.mark.skipif(compiler_available() is not None, reason="inductor needs a C++ compiler")
 
@@ -101,10 +102,10 @@ def test_eager_backend_is_the_plain_method_bit_for_bit() -> None:
 _COMPILE_ONCE = """
 import dataclasses, json, sys, torch
 from torch._dynamo.utils import counters
-from oxygen_ros.model.compiled import FusedActionSampler
-from oxygen_ros.model.compiled_aot import COUNTERS
-from oxygen_ros.model.config import TINY
-from oxygen_ros.model.vla import Pi05Model
+from oxygen_ros.model.backends.compiled import FusedActionSampler
+from oxygen_ros.model.backends.compiled_aot import COUNTERS
+from oxygen_ros.model.network.config import TINY
+from oxygen_ros.model.network.vla import Pi05Model
 torch.manual_seed(0)
 model = Pi05Model(dataclasses.replace(TINY, action_horizon=int(sys.argv[1]))).eval()
 sampler = FusedActionSampler(model)

@@ -1,4 +1,4 @@
-"""Ahead-of-time compiled artefacts (``model/compiled_aot.py``, ``model/compiled_store.py``): a later start
+"""Ahead-of-time compiled artefacts (``model/backends/compiled_aot.py``, ``model/backends/compiled_store.py``): a later start
 loads the compiled function instead of tracing it, with the same results; another key never loads it; a
 corrupt file is logged and rebuilt; processes starting together compile once."""
 
@@ -17,9 +17,9 @@ import torch
 from torch import nn
 from torch._dynamo.utils import counters
 
-from oxygen_ros.model.compiled import compiler_available
-from oxygen_ros.model.compiled_aot import COUNTERS, AotCompiledFunction
-from oxygen_ros.model.compiled_store import MAGIC, artefact_key
+from oxygen_ros.model.backends.compiled import compiler_available
+from oxygen_ros.model.backends.compiled_aot import COUNTERS, AotCompiledFunction
+from oxygen_ros.model.backends.compiled_store import MAGIC, artefact_key
 
 pytestmark = pytest.mark.skipif(compiler_available() is not None, reason="inductor needs a C++ compiler")
 

@@ -14,15 +14,15 @@ from torch._dynamo.utils import counters
 
 from engine_fixtures import make_frame, model_with_norms
 from oxygen_ros.engine import Engine
-from oxygen_ros.model import compiled
-from oxygen_ros.model.compiled import FusedActionSampler, compiler_available
-from oxygen_ros.model.compiled_aot import COUNTERS
-from oxygen_ros.model.compiled_prefill import EAGER_FUNCTIONS, FusedPrefill, make_prefiller
-from oxygen_ros.model.config import TINY
-from oxygen_ros.model.cpu_scores import float32_scores
-from oxygen_ros.model.layers import attend, dot_product_attention, gelu_tanh
-from oxygen_ros.model.prefix_attention import prefix_attention, text_rows_mask
-from oxygen_ros.model.vla import Pi05Model, PrefixOutput
+from oxygen_ros.model.backends import compiled
+from oxygen_ros.model.backends.compiled import FusedActionSampler, compiler_available
+from oxygen_ros.model.backends.compiled_aot import COUNTERS
+from oxygen_ros.model.backends.compiled_prefill import EAGER_FUNCTIONS, FusedPrefill, make_prefiller
+from oxygen_ros.model.network.config import TINY
+from oxygen_ros.model.network.cpu_scores import float32_scores
+from oxygen_ros.model.network.layers import attend, dot_product_attention, gelu_tanh
+from oxygen_ros.model.network.prefix_attention import prefix_attention, text_rows_mask
+from oxygen_ros.model.network.vla import Pi05Model, PrefixOutput
 
 needs_compiler = pytest.mark.skipif(compiler_available() is not None, reason="inductor needs a C++ compiler")
 MODES = ("causal_text", "bidirectional")
@@ -294,7 +294,7 @@ def test_no_compiler_falls_back_to_eager_with_one_warning(name: str, monkeypatch
                                                            caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(compiled, "compiler_available", lambda: "no C++ compiler (g++) on PATH")
     path = Path(name)
-    with caplog.at_level(logging.WARNING, logger="oxygen_ros.model.compiled"):
+    with caplog.at_level(logging.WARNING, logger="oxygen_ros.model.backends.compiled"):
         fused = path.make()
         assert fused.warm_up() == 0.0
     assert not fused.fused and "g++" in (fused.failure or "")
@@ -313,7 +313,7 @@ def test_a_failing_compiled_call_falls_back_once(name: str, caplog: pytest.LogCa
         raise RuntimeError("inductor: C++ compile error\nlong details")
 
     fused._compiled = broken if name == "action chunk" else dict.fromkeys(EAGER_FUNCTIONS, broken)  # type: ignore[assignment]
-    with caplog.at_level(logging.WARNING, logger="oxygen_ros.model.compiled"):
+    with caplog.at_level(logging.WARNING, logger="oxygen_ros.model.backends.compiled"):
         first, second = path.result(fused), path.result(fused)
     expected = path.eager()
     assert torch.equal(first, expected) and torch.equal(second, expected)

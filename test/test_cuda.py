@@ -10,10 +10,10 @@ import torch
 from engine_fixtures import decode_alone, make_frame, tiny_model
 from oxygen_ros.engine import Engine, TextTask, make_runner
 from oxygen_ros.engine.engine import EngineLanes
-from oxygen_ros.model.batched_prefill import prefill_batch
-from oxygen_ros.model.compiled import make_action_sampler
-from oxygen_ros.model.compiled_prefill import FusedPrefill, make_prefiller
-from oxygen_ros.model.rtc import prefix_weights, sample_actions_rtc
+from oxygen_ros.model.network.batched_prefill import prefill_batch
+from oxygen_ros.model.backends.action_sampler import make_action_sampler
+from oxygen_ros.model.backends.compiled_prefill import FusedPrefill, make_prefiller
+from oxygen_ros.model.network.rtc import prefix_weights, sample_actions_rtc
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 LANGUAGE = TextTask("language", continuation=(11, 12, 13), every_n_frames=1, max_tokens=6)

@@ -8,7 +8,7 @@ import torch
 
 from engine_fixtures import decode_alone, make_frame, tiny_model
 from oxygen_ros.engine import Engine, TextTask, make_runner
-from oxygen_ros.model.cuda_graphs import GraphedActionSampler, bucket, record_action_graph
+from oxygen_ros.model.backends.cuda_graphs import GraphedActionSampler, bucket, record_action_graph
 
 LANGUAGE = TextTask("language", continuation=(11, 12, 13), every_n_frames=1, max_tokens=6)
 MEMORY = TextTask("memory", continuation=(21, 22), every_n_frames=2, max_tokens=9)

@@ -19,7 +19,7 @@ def test_demo_runs_an_episode_over_dds_and_writes_the_gif_and_the_summary(tmp_pa
                       .replace("tokenizer: models/demo/tokenizer.model", 'tokenizer: ""'))  # fmt: skip
     sim = write_params(tmp_path / "sim.yaml", {"time_limit_s": 4.0, "settle_s": 0.3})  # time for a question (asked at 0.5 s)
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "oxygen_ros.demo", "--episodes", "1", "--seed", "12", "--out", str(out),
+    cmd = [sys.executable, "-m", "oxygen_ros.demos", "--episodes", "1", "--seed", "12", "--out", str(out),
            "--policy-params", str(policy), "--sim-params", str(sim)]  # fmt: skip
     done = subprocess.run(cmd, env=ros_env(), cwd=REPO, capture_output=True, text=True, timeout=240)
     log = done.stdout + done.stderr
@@ -39,5 +39,5 @@ def test_demo_runs_an_episode_over_dds_and_writes_the_gif_and_the_summary(tmp_pa
 
 def test_demo_refuses_to_run_outside_the_network_rule(tmp_path) -> None:  # noqa: ANN001
     env = {k: v for k, v in ros_env().items() if k != "ROS_AUTOMATIC_DISCOVERY_RANGE"}
-    done = subprocess.run([sys.executable, "-m", "oxygen_ros.demo"], env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-m", "oxygen_ros.demos"], env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "scripts/demo.sh" in done.stderr

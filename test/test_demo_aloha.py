@@ -38,7 +38,7 @@ def test_aloha_demo_prints_judged_texts_and_answers_and_writes_the_gif(tmp_path)
     # 250 steps (5 s): both questions are asked (at 1.0 s and 3.6 s) and answered from frames of the episode
     sim = write_params(tmp_path / "sim.yaml", _params("aloha_demo_sim.yaml", episode_steps=250))
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "oxygen_ros.demo", "--robot", "aloha", "--episodes", "1", "--seed", str(SEED),
+    cmd = [sys.executable, "-m", "oxygen_ros.demos", "--robot", "aloha", "--episodes", "1", "--seed", str(SEED),
            "--out", str(out), "--policy-params", str(policy), "--sim-params", str(sim)]  # fmt: skip
     done = subprocess.run(cmd, env=ros_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
     log = done.stdout + done.stderr
@@ -74,6 +74,6 @@ def test_aloha_demo_prints_judged_texts_and_answers_and_writes_the_gif(tmp_path)
 
 
 def test_aloha_demo_refuses_an_unknown_robot() -> None:
-    done = subprocess.run([sys.executable, "-m", "oxygen_ros.demo", "--robot", "ur5"], env=ros_env(), cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "oxygen_ros.demos", "--robot", "ur5"], env=ros_env(), cwd=REPO,
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 2 and "--robot" in done.stderr and "aloha" in done.stderr

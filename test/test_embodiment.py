@@ -23,7 +23,7 @@ import torch
 
 from layouts import REF_TINY, openpi_converted, openpi_norm_stats, random_model, stats_arrays
 from oxygen_ros.embodiment import AdapterError, adapter_for_asset, make_adapter
-from oxygen_ros.model.tokenizer import train_tokenizer
+from oxygen_ros.model.tokenizers.tokenizer import train_tokenizer
 from oxygen_ros.runtime import PolicyRuntime, RuntimeConfig, RuntimeLoadError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

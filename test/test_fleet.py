@@ -9,7 +9,7 @@ import torch
 from engine_fixtures import decode_alone, make_frame, tiny_model
 from oxygen_ros.engine import Engine, TextTask
 from oxygen_ros.engine.fleet import FleetSchedule, serve
-from oxygen_ros.model.compiled import FusedActionSampler, compiler_available
+from oxygen_ros.model.backends.compiled import FusedActionSampler, compiler_available
 
 LANGUAGE = TextTask("language", continuation=(11, 12, 13), every_n_frames=1, max_tokens=6)
 ROBOTS = ("left", "right", "third")

@@ -99,7 +99,7 @@ def test_two_arms_on_another_host_are_driven_by_one_node_with_20_ms_each_way(two
         policy = in_namespace(infer, NodeProcess([REPO / "config" / "demo_policy.yaml"], ros_args=["-p", "robots:=[arm1,arm2]"],
                                                  ROS_STATIC_PEERS="10.77.0.1"))  # fmt: skip
         sims = [in_namespace(robot, NodeProcess([REPO / "config" / "demo_sim.yaml", params], ros_args=["-r", f"__ns:=/{arm}"],
-                                                module="oxygen_ros.ros.sim_main", ROS_STATIC_PEERS="10.77.0.2"))  # fmt: skip
+                                                module="oxygen_ros.sim_ros.main", ROS_STATIC_PEERS="10.77.0.2"))  # fmt: skip
                 for arm, params in zip(arms, sim_params)]
         return policy, sims
 

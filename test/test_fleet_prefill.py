@@ -10,7 +10,7 @@ import torch
 
 from engine_fixtures import make_frame, model_with_norms
 from oxygen_ros.engine import Engine, FrameInput, TextTask
-from oxygen_ros.model.batched_prefill import prefill_batch
+from oxygen_ros.model.network.batched_prefill import prefill_batch
 
 ROBOTS = ("left", "right", "third")
 MODES = ("causal_text", "bidirectional")

@@ -127,7 +127,7 @@ def _ament_prefix(tmp_path: Path) -> str | None:
     (prefix / "share" / "oxygen_ros").mkdir(parents=True)
     (prefix / "share" / "oxygen_ros" / "config").symlink_to(REPO / "config")
     (prefix / "lib" / "oxygen_ros").mkdir(parents=True)
-    for script, module in (("oxygen_node", "oxygen_ros.ros.main"), ("oxygen_sim_node", "oxygen_ros.ros.sim_main")):
+    for script, module in (("oxygen_node", "oxygen_ros.ros.main"), ("oxygen_sim_node", "oxygen_ros.sim_ros.main")):
         path = prefix / "lib" / "oxygen_ros" / script
         path.write_text(f"#!/bin/sh\nexec {sys.executable} -m {module} \"$@\"\n")
         path.chmod(0o755)
@@ -242,7 +242,7 @@ def test_robot_launch_serves_each_robot_and_keeps_running_when_one_loses_its_inp
             spin_for(executor, 0.5)
             found["asks"] = asks()
             with NodeProcess([REPO / "config" / "demo_sim.yaml", sim_params], ros_args=["-r", "__ns:=/arm1"],
-                             module="oxygen_ros.ros.sim_main") as sim:  # fmt: skip
+                             module="oxygen_ros.sim_ros.main") as sim:  # fmt: skip
                 found["sim"] = spin_until(executor, lambda: not sim.running, 90) and sim.wait(1)
             lost = lambda: [m.msg for m in rosout.messages if "inputs lost" in m.msg]  # noqa: E731
             spin_until(executor, lambda: bool(lost()), 10)

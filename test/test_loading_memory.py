@@ -14,10 +14,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from oxygen_ros.model.checkpoint import save_checkpoint
-from oxygen_ros.model.config import BENCH
-from oxygen_ros.model.tensor_stream import TensorFileError, TensorReader
-from oxygen_ros.model.vla import Pi05Model
+from oxygen_ros.model.checkpoints.checkpoint import save_checkpoint
+from oxygen_ros.model.network.config import BENCH
+from oxygen_ros.model.checkpoints.tensor_stream import TensorFileError, TensorReader
+from oxygen_ros.model.network.vla import Pi05Model
 
 # The benchmark's pi0.5-shaped model (257k vocabulary): ~106 M parameters, 212 MB in bfloat16.
 MID = BENCH
@@ -41,7 +41,7 @@ def mid_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]
 
 def peak(checkpoint: Path, dtype: str) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-m", "oxygen_ros.bench.load_memory", str(checkpoint), "--dtype", dtype],
+        [sys.executable, "-m", "oxygen_ros.bench.probes.load_memory", str(checkpoint), "--dtype", dtype],
         capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr

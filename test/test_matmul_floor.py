@@ -7,7 +7,7 @@ import torch
 
 from engine_fixtures import make_frame, tiny_model
 from oxygen_ros.bench.matmul_floor import MatmulFloor
-from oxygen_ros.model.rtc import denoised_vjp, prefix_weights, sample_actions_rtc
+from oxygen_ros.model.network.rtc import denoised_vjp, prefix_weights, sample_actions_rtc
 
 CPU = torch.device("cpu")
 

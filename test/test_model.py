@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import GemmaConfig, GemmaForCausalLM, SiglipVisionConfig, SiglipVisionModel
 
-from oxygen_ros.model.config import TINY, ModelConfig
-from oxygen_ros.model.vla import Pi05Model
+from oxygen_ros.model.network.config import TINY, ModelConfig
+from oxygen_ros.model.network.vla import Pi05Model
 
 
 def make_model(cfg: ModelConfig = TINY, seed: int = 0) -> Pi05Model:
@@ -245,7 +245,7 @@ def test_folded_attention_equals_the_fused_kernel(kv_heads: int) -> None:
     """The decode path's folded matmul attention (and the two-part form the action expert uses) equals SDPA."""
     import torch.nn.functional as F
 
-    from oxygen_ros.model.layers import attend, attend_two_parts
+    from oxygen_ros.model.network.layers import attend, attend_two_parts
 
     g = torch.Generator().manual_seed(kv_heads)
     b, s, h, d, t = 3, 5, 4, 8, 11

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from oxygen_ros.model.config import BENCH, PI05, TINY, ModelConfig, preset
+from oxygen_ros.model.network.config import BENCH, PI05, TINY, ModelConfig, preset
 
 
 def test_presets_have_the_documented_shapes() -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from oxygen_ros.model.normalize import (
+from oxygen_ros.model.checkpoints.normalize import (
     NormStats,
     NormStatsError,
     Normalizer,
@@ -18,7 +18,7 @@ from oxygen_ros.model.normalize import (
     parse_norm_stats,
     save_norm_stats,
 )
-from oxygen_ros.model.prompt import discretize_state
+from oxygen_ros.model.tokenizers.prompt import discretize_state
 
 STATE = {"mean": [0.0, 5.0, -2.0], "std": [1.0, 2.0, 0.5], "q01": [-1.0, 0.0, -3.0], "q99": [1.0, 10.0, -1.0]}
 ACTIONS = {"mean": [0.5, -0.5], "std": [2.0, 4.0], "q01": [-2.0, 0.0], "q99": [2.0, 1.0]}

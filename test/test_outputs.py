@@ -246,7 +246,7 @@ def test_aloha_checkpoint_reaches_four_controllers_with_openpis_formulas(ros_con
     from test_embodiment import ALOHA_STATE, ref_aloha_actions
 
     from layouts import REF_TINY, openpi_converted, openpi_norm_stats, random_model, stats_arrays
-    from oxygen_ros.model.tokenizer import train_tokenizer
+    from oxygen_ros.model.tokenizers.tokenizer import train_tokenizer
     from oxygen_ros.runtime import PolicyRuntime
     from sensor_msgs.msg import JointState
 

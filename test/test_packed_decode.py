@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 from oxygen_ros.engine import Engine, FrameInput, TextTask
-from oxygen_ros.model.config import preset
-from oxygen_ros.model.packed_decode import PackedLinear, can_pack, is_packed, packed_products, set_packed
-from oxygen_ros.model.vla import Pi05Model
+from oxygen_ros.model.network.config import preset
+from oxygen_ros.model.network.packed_decode import PackedLinear, can_pack, is_packed, packed_products, set_packed
+from oxygen_ros.model.network.vla import Pi05Model
 
 pytestmark = pytest.mark.skipif(not can_pack(torch.zeros(1, dtype=torch.bfloat16)),
                                 reason="needs torch with oneDNN (mkldnn) on the CPU")

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from engine_fixtures import model_with_norms
-from oxygen_ros.cpu_caches import last_level_cache_bytes, size_bytes
+from oxygen_ros.engine.cpu_caches import last_level_cache_bytes, size_bytes
 from oxygen_ros.engine.prefill_groups import cache_sized_groups, cpu_prefill_budget, prefill_frame_bytes
-from oxygen_ros.model.config import preset
+from oxygen_ros.model.network.config import preset
 from test_fleet_prefill import CAMERA_SETS, alone_kv, fleet, frames_of
 
 

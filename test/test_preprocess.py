@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from oxygen_ros.model.config import TINY
-from oxygen_ros.model.preprocess import ImageError, image_to_tensor, prepare_images, resize_with_pad
+from oxygen_ros.model.network.config import TINY
+from oxygen_ros.model.network.preprocess import ImageError, image_to_tensor, prepare_images, resize_with_pad
 
 
 def solid(h: int, w: int, rgb: tuple[int, int, int]) -> np.ndarray:

@@ -27,7 +27,7 @@ from safetensors.torch import load_file, save_file
 from layouts import (
     REF_TINY, lerobot_folder, openpi_converted, openpi_norm_stats, openpi_training, random_model, stats_arrays, write_assets,
 )  # fmt: skip
-from oxygen_ros.model.tokenizer import train_tokenizer
+from oxygen_ros.model.tokenizers.tokenizer import train_tokenizer
 from oxygen_ros.runtime import PolicyRuntime, RuntimeConfig, RuntimeLoadError
 
 H = REF_TINY.action_horizon
@@ -382,8 +382,8 @@ def test_bfloat16_keeps_the_references_float32_weights(env: SimpleNamespace, tmp
     """Item 9: the reference's selectors, applied to the stored (reference) key names, pick our float32 weights."""
     from safetensors import safe_open
 
-    from oxygen_ros.model.checkpoint import load_checkpoint
-    from oxygen_ros.model.key_maps import to_native
+    from oxygen_ros.model.checkpoints.checkpoint import load_checkpoint
+    from oxygen_ros.model.checkpoints.key_maps import to_native
 
     if layout == "openpi":
         folder = openpi_converted(tmp_path / "o", env.model, openpi_norm_stats(env.state, env.action))

@@ -29,7 +29,7 @@ from trajectory_msgs.msg import JointTrajectory
 import robot_references as ref
 from layouts import REF_TINY, lerobot_folder, openpi_converted, openpi_norm_stats, random_model, stats_arrays
 from oxygen_ros.interface.convert import array_to_image, ns_to_stamp, stamp_to_ns
-from oxygen_ros.model.tokenizer import train_tokenizer
+from oxygen_ros.model.tokenizers.tokenizer import train_tokenizer
 from oxygen_ros.ros.node import OxygenNode
 from oxygen_ros.runtime import PolicyRuntime
 from ros_helpers import Collector, make_test_node, spin_until, wait_for_match

@@ -244,7 +244,7 @@ def test_two_simulated_arms_driven_by_one_node_both_pick_up_and_narrate(tmp_path
             for i, arm in enumerate(arms):
                 params = write_params(tmp_path / f"{arm}.yaml", {"episodes": 1, "seed": 40 + i, "wait_for_commander_s": 60.0})
                 sims.append(NodeProcess([REPO / "config" / "demo_sim.yaml", params], ros_args=["-r", f"__ns:=/{arm}"],
-                                        module="oxygen_ros.ros.sim_main").start())  # fmt: skip
+                                        module="oxygen_ros.sim_ros.main").start())  # fmt: skip
             ended = lambda: all(any('"end"' in m.data for m in episodes[a].messages) for a in arms)  # noqa: E731
             assert spin_until(executor, ended, 150.0), policy.output() + "".join(s.output() for s in sims)
             assert "serving 2 robots from one model" in policy.output(), policy.output()

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from oxygen_ros.engine import ChunkGuide, Engine
-from oxygen_ros.model.config import TINY
-from oxygen_ros.model.rtc import denoised_vjp, guidance_weight, prefix_weights, sample_actions_rtc
+from oxygen_ros.model.network.config import TINY
+from oxygen_ros.model.network.rtc import denoised_vjp, guidance_weight, prefix_weights, sample_actions_rtc
 
 from engine_fixtures import make_frame, tiny_model
 

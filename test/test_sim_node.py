@@ -37,7 +37,7 @@ def test_policy_drives_the_simulated_arm_over_dds(ros, tmp_path, sim_time: bool)
     namespace = ["-r", f"__ns:={NS}"]
     with NodeProcess([REPO / "config" / "demo_policy.yaml", tiny], ros_args=namespace) as policy, \
             NodeProcess([REPO / "config" / "demo_sim.yaml", sim_params], ros_args=namespace,
-                        module="oxygen_ros.ros.sim_main") as sim:  # fmt: skip
+                        module="oxygen_ros.sim_ros.main") as sim:  # fmt: skip
         ended = spin_until(executor, lambda: sum('"end"' in m.data for m in episodes.messages) == 2, 90.0)
         assert ended, sim.output() + policy.output()
         assert sim.wait(15.0) == 0, sim.output()  # exits by itself after the last episode
@@ -62,7 +62,7 @@ def test_sim_node_refuses_bad_trajectories_and_keeps_running(ros, tmp_path) -> N
     params = write_params(tmp_path / "sim.yaml", {"episodes": 1, "time_limit_s": 30.0, "settle_s": 0.0})
     joints = Collector(node, JointState, "/joint_states", qos_profile_sensor_data)
     pub = node.create_publisher(JointTrajectory, "/joint_trajectory_controller/joint_trajectory", 10)
-    with NodeProcess([params], module="oxygen_ros.ros.sim_main") as sim:
+    with NodeProcess([params], module="oxygen_ros.sim_ros.main") as sim:
         assert wait_for_match(executor, [pub], 30.0), sim.output()
         assert spin_until(executor, lambda: len(joints) > 0, 30.0)
         start = np.array(joints.messages[-1].position)
@@ -99,7 +99,7 @@ def test_velocity_output_drives_the_simulated_arm_in_closed_loop(ros) -> None:  
     from std_msgs.msg import Float64MultiArray
 
     from oxygen_ros.ros.node import OxygenNode
-    from oxygen_ros.ros.sim_node import OxygenSimNode
+    from oxygen_ros.sim_ros.sim_node import OxygenSimNode
     from oxygen_ros.sim.scene import JOINT_NAMES
     from ros_helpers import FakeRuntime
 

@@ -9,7 +9,7 @@ import pytest
 from engine_fixtures import make_frame, tiny_model
 from oxygen_ros.engine import Engine, TextTask
 from oxygen_ros.engine.text_stream import TextStream
-from oxygen_ros.model.tokenizer import Tokenizer, train_tokenizer
+from oxygen_ros.model.tokenizers.tokenizer import Tokenizer, train_tokenizer
 
 
 @pytest.fixture(scope="module")

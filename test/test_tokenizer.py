@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from oxygen_ros.model.config import PI05, TINY
-from oxygen_ros.model.prompt import (
+from oxygen_ros.model.network.config import PI05, TINY
+from oxygen_ros.model.tokenizers.prompt import (
     PromptError,
     PromptTooLongError,
     build_prompt_tokens,
@@ -17,7 +17,7 @@ from oxygen_ros.model.prompt import (
     continuation_tokens,
     discretize_state,
 )
-from oxygen_ros.model.tokenizer import IncrementalDecoder, Tokenizer, TokenizerError, robot_corpus, train_tokenizer
+from oxygen_ros.model.tokenizers.tokenizer import IncrementalDecoder, Tokenizer, TokenizerError, robot_corpus, train_tokenizer
 
 MULTIBYTE = "Put the café cup near 日本 🤖 box"
 
@@ -277,7 +277,7 @@ TEXTS = [
 def test_hugging_face_folder_gives_the_same_ids_and_text(tok: Tokenizer, hf_folder: Path) -> None:
     from transformers import AutoTokenizer
 
-    from oxygen_ros.model.tokenizer_hf import HFTokenizer, load_tokenizer
+    from oxygen_ros.model.tokenizers.tokenizer_hf import HFTokenizer, load_tokenizer
 
     hf = load_tokenizer(hf_folder)
     assert isinstance(hf, HFTokenizer)
@@ -298,7 +298,7 @@ def test_hugging_face_folder_gives_the_same_ids_and_text(tok: Tokenizer, hf_fold
 def test_load_tokenizer_forms_and_errors(tmp_path: Path, model_path: Path) -> None:
     import shutil
 
-    from oxygen_ros.model.tokenizer_hf import load_tokenizer
+    from oxygen_ros.model.tokenizers.tokenizer_hf import load_tokenizer
 
     assert type(load_tokenizer(model_path)) is Tokenizer
     folder = tmp_path / "openpi"

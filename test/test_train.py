@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 
-from oxygen_ros.model.config import ModelConfig, TINY
+from oxygen_ros.model.network.config import ModelConfig, TINY
 from oxygen_ros.runtime.config import RuntimeConfig, default_tasks
 from oxygen_ros.runtime.policy import PolicyRuntime
 from oxygen_ros.train.batch import IGNORE, make_batch
@@ -295,8 +295,8 @@ def test_training_prompts_match_the_demo_config() -> None:
 
 
 def test_demo_preset_is_small() -> None:
-    from oxygen_ros.model.config import preset
-    from oxygen_ros.model.vla import Pi05Model, count_parameters
+    from oxygen_ros.model.network.config import preset
+    from oxygen_ros.model.network.vla import Pi05Model, count_parameters
 
     with torch.device("meta"):
         model = Pi05Model(preset("demo"))
@@ -458,7 +458,7 @@ def test_the_pointing_loss_is_the_served_attention_on_the_texts_objects(tmp_path
     as the joint forward computes them (its own queries, keys and mask, captured in the attention call) at
     every position that predicts a token of the task's text: the first read in the middle layer, the second
     in the last; a look that finds no object is scored on all the weight it puts off the images."""
-    import oxygen_ros.model.mot as mot
+    import oxygen_ros.model.network.mot as mot
     from oxygen_ros.train.grounding import PatchHeads
     from oxygen_ros.train.pointing import default_layers
 

@@ -15,7 +15,7 @@ from oxygen_ros.sim.cli import build_parser, varied_specs
 from oxygen_ros.sim.episode import EVAL_FAMILIES, EpisodeSpec, SimEpisode
 from oxygen_ros.sim.evaluate import EpisodeResult, EvalSettings, TextRecord, summarize
 from oxygen_ros.sim.phrasing import FAMILIES, POLITE, VERBS, made_up_word, phrase, target_in, with_filler
-from oxygen_ros.model.tokenizer import Tokenizer
+from oxygen_ros.model.tokenizers.tokenizer import Tokenizer
 from oxygen_ros.sim.questions import ANSWER_MAX_TOKENS, NOTHING, NOT_HERE, Question, all_answers, answer, objects_read
 from oxygen_ros.sim.scene import Scene
 from oxygen_ros.sim.variation import Lighting, absent_name, add_distractor, adjust

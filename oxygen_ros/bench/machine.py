@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from oxygen_ros.cpu_caches import cpu_caches
+from oxygen_ros.engine.cpu_caches import cpu_caches
 
 # The instruction-set features that decide the matrix products' speed and the dtype `auto` picks (bfloat16
 # runs natively only with AVX512-BF16 or AMX): the same code differs several-fold between such CPUs.

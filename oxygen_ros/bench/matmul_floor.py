@@ -21,12 +21,12 @@ from dataclasses import dataclass
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from oxygen_ros.model.packed_decode import pack_weight
+from oxygen_ros.model.network.packed_decode import pack_weight
 
 # Inference mode hands composite ops (``linear``, ``matmul``) to the recorder whole; autograd decomposes them.
 MATMULS = {torch.ops.aten.linear.default, torch.ops.aten.matmul.default, torch.ops.aten.mm.default,
            torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
-# A product with a weight packed for oneDNN (model/packed_decode.py): x, packed weight, bias, post-op arguments.
+# A product with a weight packed for oneDNN (model/network/packed_decode.py): x, packed weight, bias, post-op arguments.
 PACKED_LINEAR = torch.ops.mkldnn._linear_pointwise.default if torch.backends.mkldnn.is_available() else None
 if PACKED_LINEAR is not None:
     MATMULS.add(PACKED_LINEAR)

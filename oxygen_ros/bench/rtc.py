@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 
 from oxygen_ros.engine.types import ChunkGuide
-from oxygen_ros.model.config import ModelConfig
-from oxygen_ros.model.rtc import prefix_weights
+from oxygen_ros.model.network.config import ModelConfig
+from oxygen_ros.model.network.rtc import prefix_weights
 
 DELAY_STEPS = 2
 BETA = 5.0

@@ -5,7 +5,7 @@ compile the action chunk and the prefill (``BenchRuntime``: the same ``make_acti
 with their warm-ups as ``PolicyRuntime.load``), then prefill one frame and sample one chunk. Both processes use
 the same new inductor cache folder (``TORCHINDUCTOR_CACHE_DIR``): the first finds it empty (cold: every graph
 compiled), the second finds what the first wrote (warm: a second start of the same configuration). A warm start
-loads the ahead-of-time compiled functions (``model/compiled_aot.py``) from that folder.
+loads the ahead-of-time compiled functions (``model/backends/compiled_aot.py``) from that folder.
 
 ``--compare-caches`` adds the two other ways measured against them, with the artefacts off
 (``OXYGEN_ROS_AOT_ARTEFACTS=0``: Dynamo traces every function again on a warm start): a cold start on a second
@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from torch._dynamo.utils import counters
 
-from oxygen_ros.model.compiled_aot import COUNTERS, artefacts_enabled
+from oxygen_ros.model.backends.compiled_aot import COUNTERS, artefacts_enabled
 from oxygen_ros.runtime.startup import process_age_s
 
 from .workload import BenchRuntime, Workload

@@ -15,8 +15,8 @@ import torch
 
 from oxygen_ros.engine import make_runner
 from oxygen_ros.engine.modes import ParallelRunner
-from oxygen_ros.model.rtc import sample_actions_rtc
-from oxygen_ros.model.vla import count_parameters
+from oxygen_ros.model.network.rtc import sample_actions_rtc
+from oxygen_ros.model.network.vla import count_parameters
 from oxygen_ros.engine.allocator import keep_freed_buffers
 
 from .matmul_floor import MatmulFloor
@@ -73,7 +73,7 @@ class PartsProbe:
         # ... and the products inside its fused attention calls (scores and weighted values), beside them.
         self.attention_matmuls = MatmulFloor.capture(prefill, model.device, attention=True)
         self.attention_matmul: list[float] = []
-        # The plain and the guided chunk's products alone: the floor of A_rtc ÷ A (bench/rtc_floor.py).
+        # The plain and the guided chunk's products alone: the floor of A_rtc ÷ A (bench/probes/rtc_floor.py).
         n = model.prefill(frame.images, frame.image_mask, frame.prompt_tokens, k, k).length
         with torch.inference_mode(False):  # a prefix autograd may save for the backward pass
             pk = k[:, :n].clone()

@@ -8,10 +8,11 @@ import torch
 
 from oxygen_ros.engine import Engine, FrameInput, TextTask
 from oxygen_ros.engine.engine import EngineLanes
-from oxygen_ros.model.compiled import ActionSampler, make_action_sampler, warm_up_rtc
-from oxygen_ros.model.compiled_prefill import Prefiller, make_prefiller
-from oxygen_ros.model.config import BENCH, ModelConfig, preset
-from oxygen_ros.model.vla import Pi05Model
+from oxygen_ros.model.backends.action_sampler import make_action_sampler
+from oxygen_ros.model.backends.compiled import ActionSampler, warm_up_rtc
+from oxygen_ros.model.backends.compiled_prefill import Prefiller, make_prefiller
+from oxygen_ros.model.network.config import BENCH, ModelConfig, preset
+from oxygen_ros.model.network.vla import Pi05Model
 
 from .machine import cpu_flags
 

@@ -24,14 +24,14 @@ from typing import TypeVar
 import torch
 
 from oxygen_ros.kv import KVCacheManager, KVPool, SharedPrefix, TextRequest, commit, plan_step
-from oxygen_ros.model.batched_prefill import PrefixFrame, prefill_batch
-from oxygen_ros.model.compiled import ActionSampler
-from oxygen_ros.model.compiled_prefill import Prefiller
-from oxygen_ros.model.cuda_graphs import GraphedDecoder
-from oxygen_ros.model.packed_decode import PACK_LIMIT_BYTES, packed_products
-from oxygen_ros.model.rtc import sample_actions_rtc
-from oxygen_ros.model.tokenizer import Tokenizer
-from oxygen_ros.model.vla import Pi05Model, PrefixOutput
+from oxygen_ros.model.network.batched_prefill import PrefixFrame, prefill_batch
+from oxygen_ros.model.backends.compiled import ActionSampler
+from oxygen_ros.model.backends.compiled_prefill import Prefiller
+from oxygen_ros.model.backends.cuda_graphs import GraphedDecoder
+from oxygen_ros.model.network.packed_decode import PACK_LIMIT_BYTES, packed_products
+from oxygen_ros.model.network.rtc import sample_actions_rtc
+from oxygen_ros.model.tokenizers.tokenizer import Tokenizer
+from oxygen_ros.model.network.vla import Pi05Model, PrefixOutput
 
 from .lanes import Lane
 from .prefill_groups import cache_sized_groups, cpu_prefill_budget, prefill_frame_bytes
@@ -115,7 +115,7 @@ class Engine:
                               pack_decode_weights=pack_decode_weights)
         self._action_sampler = action_sampler
         self._prefiller = prefiller
-        # bfloat16 on a CPU: the decode step multiplies by weights packed once for oneDNN (model/packed_decode.py;
+        # bfloat16 on a CPU: the decode step multiplies by weights packed once for oneDNN (model/network/packed_decode.py;
         # None: where the copies fit PACK_LIMIT_BYTES, True: whatever they take, False: never).
         # ``packed_decode`` may be switched off later (a benchmark compares both on the same requests).
         self.packed_decode = pack_decode_weights is not False

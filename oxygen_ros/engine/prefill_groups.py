@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from oxygen_ros.cpu_caches import last_level_cache_bytes
-from oxygen_ros.model.config import ModelConfig
+from oxygen_ros.engine.cpu_caches import last_level_cache_bytes
+from oxygen_ros.model.network.config import ModelConfig
 
 FLOAT32_BYTES = 4
 

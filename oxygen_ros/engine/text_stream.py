@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from oxygen_ros.model.tokenizer import IncrementalDecoder, Tokenizer
+from oxygen_ros.model.tokenizers.tokenizer import IncrementalDecoder, Tokenizer
 
 
 class TextStream:

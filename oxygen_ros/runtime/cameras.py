@@ -8,10 +8,10 @@ this module turns that into slot positions. No ROS here: the node and the bag to
 
 from __future__ import annotations
 
-from oxygen_ros.model.checkpoint import image_slot_names
-from oxygen_ros.model.checkpoint_info import preset_info
-from oxygen_ros.model.config import preset
-from oxygen_ros.model.key_maps import LEROBOT_IMAGE_PREFIX
+from oxygen_ros.model.checkpoints.checkpoint import image_slot_names
+from oxygen_ros.model.checkpoints.checkpoint_info import preset_info
+from oxygen_ros.model.network.config import preset
+from oxygen_ros.model.checkpoints.key_maps import LEROBOT_IMAGE_PREFIX
 
 from .config import RuntimeConfig
 

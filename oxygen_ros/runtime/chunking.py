@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from oxygen_ros.engine.types import ChunkGuide
-from oxygen_ros.model.rtc import SCHEDULES, prefix_weights
+from oxygen_ros.model.network.rtc import SCHEDULES, prefix_weights
 
 from .alignment import delay_steps
 

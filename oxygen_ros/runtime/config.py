@@ -9,14 +9,14 @@ from typing import Any
 
 from oxygen_ros.embodiment import ADAPTERS, Conversions, parse_conversions
 from oxygen_ros.engine.modes import MODES
-from oxygen_ros.model.compiled import BACKENDS as ACTION_BACKENDS
-from oxygen_ros.model.compiled_prefill import PREFILL_BACKENDS
-from oxygen_ros.model.config import PRESETS
-from oxygen_ros.model.key_maps import VARIANTS
-from oxygen_ros.model.packed_decode import PACK_CHOICES
-from oxygen_ros.model.prompt import PROMPT_FORMATS
-from oxygen_ros.model.preprocess import RESIZE_MODES
-from oxygen_ros.model.rtc import SCHEDULES
+from oxygen_ros.model.backends.action_sampler import BACKENDS as ACTION_BACKENDS
+from oxygen_ros.model.backends.compiled_prefill import PREFILL_BACKENDS
+from oxygen_ros.model.network.config import PRESETS
+from oxygen_ros.model.checkpoints.key_maps import VARIANTS
+from oxygen_ros.model.network.packed_decode import PACK_CHOICES
+from oxygen_ros.model.tokenizers.prompt import PROMPT_FORMATS
+from oxygen_ros.model.network.preprocess import RESIZE_MODES
+from oxygen_ros.model.network.rtc import SCHEDULES
 
 from .alignment import REPLAN, TIME_ALIGNMENTS
 
@@ -78,7 +78,7 @@ class RuntimeConfig:
     prefill_backend: str = "eager"
     overlap_decode: bool = False  # oxygen mode: one decode step runs on its own thread during the action chunk
     # CPU, bfloat16: the decode step multiplies by a second copy of the decode weights packed for oneDNN
-    # (model/packed_decode.py): "auto" where the copy fits 1 GiB, "on" whatever it takes, "off" never.
+    # (model/network/packed_decode.py): "auto" where the copy fits 1 GiB, "on" whatever it takes, "off" never.
     pack_decode_weights: str = "auto"
     # Chunk execution (runtime/alignment.py, runtime/chunking.py)
     n_action_steps: int = 0  # actions of a chunk executed before the next replaces it; 0 = checkpoint's, else all

@@ -24,20 +24,21 @@ from oxygen_ros.engine.allocator import keep_freed_buffers
 from oxygen_ros.engine.engine import EngineLanes
 from oxygen_ros.engine.modes import OxygenRunner
 from oxygen_ros.engine.policy import DeadlinePolicy, FixedTokensPolicy
-from oxygen_ros.model.checkpoint import CheckpointError, is_training_checkpoint, load_checkpoint, read_config
-from oxygen_ros.model.checkpoint_info import CheckpointInfo, preset_info
-from oxygen_ros.model.compiled import make_action_sampler, warm_up_rtc
-from oxygen_ros.model.compiled_prefill import make_prefiller
-from oxygen_ros.model.config import ModelConfig, preset
-from oxygen_ros.model.key_maps import VARIANTS
-from oxygen_ros.model.normalize import Normalizer, NormStatsError, load_norm_stats
-from oxygen_ros.model.packed_decode import PACK_CHOICES, PACK_LIMIT_BYTES, can_pack, is_packed
-from oxygen_ros.model.precision import cast_for_inference
-from oxygen_ros.model.preprocess import ImageError, prepare_images
-from oxygen_ros.model.prompt import PromptError, build_prompt_tokens, continuation_tokens
-from oxygen_ros.model.tokenizer import Tokenizer, TokenizerError, train_tokenizer
-from oxygen_ros.model.tokenizer_hf import load_tokenizer
-from oxygen_ros.model.vla import Pi05Model
+from oxygen_ros.model.checkpoints.checkpoint import CheckpointError, is_training_checkpoint, load_checkpoint, read_config
+from oxygen_ros.model.checkpoints.checkpoint_info import CheckpointInfo, preset_info
+from oxygen_ros.model.backends.action_sampler import make_action_sampler
+from oxygen_ros.model.backends.compiled import warm_up_rtc
+from oxygen_ros.model.backends.compiled_prefill import make_prefiller
+from oxygen_ros.model.network.config import ModelConfig, preset
+from oxygen_ros.model.checkpoints.key_maps import VARIANTS
+from oxygen_ros.model.checkpoints.normalize import Normalizer, NormStatsError, load_norm_stats
+from oxygen_ros.model.network.packed_decode import PACK_CHOICES, PACK_LIMIT_BYTES, can_pack, is_packed
+from oxygen_ros.model.network.precision import cast_for_inference
+from oxygen_ros.model.network.preprocess import ImageError, prepare_images
+from oxygen_ros.model.tokenizers.prompt import PromptError, build_prompt_tokens, continuation_tokens
+from oxygen_ros.model.tokenizers.tokenizer import Tokenizer, TokenizerError, train_tokenizer
+from oxygen_ros.model.tokenizers.tokenizer_hf import load_tokenizer
+from oxygen_ros.model.network.vla import Pi05Model
 
 from .chunking import RealTimeChunker, RtcSettings
 from .config import RuntimeConfig

@@ -26,7 +26,6 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from tqdm import tqdm
 
@@ -41,19 +40,8 @@ from .episode import DEFAULT_TIME_LIMIT_S, EVAL_FAMILIES, SCENE_FAMILIES, Episod
 from .phrasing import FAMILIES, SPLITS
 from .scene import MAX_OBJECTS, Scene
 from .variation import DISTRACTORS, Lighting
+from .cli_common import DEFAULT_PARAMS, ROOT, collect, in_spec_order, shown, with_overrides, with_run_settings
 from .evaluate import EvalSettings, deterministic_config, eval_specs, evaluate, summarize
-
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_PARAMS = ROOT / "config" / "demo_policy.yaml"
-
-
-def _shown(path: str | Path) -> str:
-    """A path for a results file: relative to the repository when inside it (no machine paths in records)."""
-    try:
-        return str(Path(path).resolve().relative_to(ROOT))
-    except ValueError:
-        return str(path)
-
 
 def load_params(params_file: Path) -> tuple[RuntimeConfig, EvalSettings]:
     """The runtime configuration and the robot wiring (joints, limits, timing) of a node parameters file."""
@@ -77,36 +65,6 @@ def _config_from_args(args: argparse.Namespace) -> tuple[RuntimeConfig, EvalSett
     config, settings = load_params(args.params_file)
     config = deterministic_config(config, getattr(args, "tokens_per_frame", None), args.engine_mode)
     return with_overrides(config, args), settings
-
-
-def with_overrides(config: RuntimeConfig, args: argparse.Namespace) -> RuntimeConfig:
-    """The command line's threads, real-time chunking and execution horizon over the file's (validated)."""
-    overrides = {"num_threads": args.num_threads, "rtc": getattr(args, "rtc", None), "replan": args.replan,
-                 "n_action_steps": args.n_action_steps, "device": getattr(args, "device", None),
-                 "dtype": getattr(args, "dtype", None)}
-    return dataclasses.replace(config, **{k: v for k, v in overrides.items() if v is not None}).validate()
-
-
-def with_run_settings(settings: EvalSettings, args: argparse.Namespace) -> EvalSettings:
-    """The command line's latency, time alignment, blank cameras and questions over the file's settings."""
-    return dataclasses.replace(settings, latency_s=args.latency, time_alignment=args.time_alignment or "",
-                               blank_cameras=args.blank_cameras, questions=args.questions, question_split=args.split)  # fmt: skip
-
-
-def in_spec_order(results: list[Any], specs: list[Any]) -> list[Any]:
-    """Episode results in the order of their specs (several environments finish out of order)."""
-    order = {s.seed: i for i, s in enumerate(specs)}
-    return sorted(results, key=lambda r: order[r.spec.seed])
-
-
-def collect(results: Any, total: int, desc: str, quiet: bool) -> list[Any]:
-    """Episode results as they finish, behind a progress bar with the running success count."""
-    out: list[Any] = []
-    bar = tqdm(results, total=total, desc=desc, disable=quiet, dynamic_ncols=True, file=sys.stderr)
-    for result in bar:
-        out.append(result)
-        bar.set_postfix(success=f"{sum(r.success for r in out)}/{len(out)}")
-    return out
 
 
 def _pair(values: list[float] | None, flag: str) -> tuple[float, float] | None:
@@ -231,8 +189,8 @@ def _chunking(args: argparse.Namespace) -> int:
         print(f"oxygen-sim: {exc}", file=sys.stderr)
         return 1
     meta = {"episodes": args.episodes, "seed": args.seed,
-            "model": _shown(config.checkpoint) if config.checkpoint else f"preset {config.model_preset}",
-            "params_file": _shown(args.params_file), "time_limit_s": args.time_limit,
+            "model": shown(config.checkpoint) if config.checkpoint else f"preset {config.model_preset}",
+            "params_file": shown(args.params_file), "time_limit_s": args.time_limit,
             "control_period_s": settings.control_period_s, "step_period_s": settings.action_period_s,
             "engine_mode": config.engine_mode, "rtc_beta": config.rtc_beta, "rtc_schedule": config.rtc_schedule,
             "rtc_prefix_attention_horizon": config.rtc_prefix_attention_horizon, "n_action_steps": config.n_action_steps,
@@ -340,7 +298,8 @@ def _add_aloha_args(parser: argparse.ArgumentParser, note: str) -> None:
                         "the streamed texts (--through-node: cam_high alone, 320x240)")
 
 
-def main(argv: list[str] | None = None) -> int:
+def checked_args(argv: list[str] | None = None) -> argparse.Namespace | int:
+    """The command line parsed and checked; an exit status (message on stderr) where it is refused."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
     if args.command == "eval" and args.envs < 1:
@@ -355,7 +314,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "eval" and args.questions < 0:
         print("oxygen-sim: --questions must be >= 0", file=sys.stderr)
         return 2
+    return args
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a checked command line; the ALOHA commands that start the ROS loop belong to ``oxygen-sim``
+    (``oxygen_ros.apps.oxygen_sim``), above the ROS layer."""
     if args.command in ("eval", "expert") and args.env != "tabletop":
+        if getattr(args, "through_node", False) or getattr(args, "through_outputs", None):
+            print("oxygen-sim: --through-node and --through-outputs run from the oxygen-sim command", file=sys.stderr)
+            return 2
         from .aloha import cli as aloha_cli
 
         return aloha_cli.evaluate(args) if args.command == "eval" else aloha_cli.expert(args)
@@ -364,6 +332,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "chunking":
         return _chunking(args)
     return _expert(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = checked_args(argv)
+    return args if isinstance(args, int) else run(args)
 
 
 if __name__ == "__main__":

@@ -243,3 +243,13 @@ def write_summary(logs: list[EpisodeLog], path: Path, subtasks: tuple[str, ...] 
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def write_frames_gif(frames: list, path: Path, fps: float = 10.0) -> Path:
+    """The frames (RGB arrays) as an animated GIF at ``fps``, without captions."""
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    images = [Image.fromarray(f) for f in frames]
+    images[0].save(path, save_all=True, append_images=images[1:], duration=round(1000 / fps), loop=0)
+    return path

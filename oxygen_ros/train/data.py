@@ -21,9 +21,9 @@ import torch
 from tqdm import tqdm
 
 from oxygen_ros.embodiment import Adapter
-from oxygen_ros.model.normalize import ACTIONS_KEY, STATE_KEY, Normalizer, NormStats
+from oxygen_ros.model.checkpoints.normalize import ACTIONS_KEY, STATE_KEY, Normalizer, NormStats
 from oxygen_ros.engine import ASK_TASK
-from oxygen_ros.model.prompt import continuation_tokens, format_prompt
+from oxygen_ros.model.tokenizers.prompt import continuation_tokens, format_prompt
 from oxygen_ros.runtime.policy import QUESTION_TEMPLATE, PolicyRuntime
 
 from .grounding import IGNORE

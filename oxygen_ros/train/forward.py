@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from oxygen_ros.model.vla import Pi05Model
+from oxygen_ros.model.network.vla import Pi05Model
 
 from .batch import FIRST_TASK, IGNORE, Batch, action_groups, attention_mask
 from .grounding import PatchHeads, grounding_loss, recognition_loss

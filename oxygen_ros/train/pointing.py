@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from oxygen_ros.model.layers import apply_rope
-from oxygen_ros.model.mot import MoTLayer
+from oxygen_ros.model.network.layers import apply_rope
+from oxygen_ros.model.network.mot import MoTLayer
 
 from .grounding import default_layer
 

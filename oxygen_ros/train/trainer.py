@@ -28,12 +28,12 @@ from tqdm import tqdm
 
 from oxygen_ros.embodiment import make_adapter
 from oxygen_ros.engine import ASK_TASK
-from oxygen_ros.model.checkpoint import save_checkpoint
-from oxygen_ros.model.config import ModelConfig, preset
-from oxygen_ros.model.layers import AdaRMSNorm
-from oxygen_ros.model.normalize import Normalizer
-from oxygen_ros.model.tokenizer import robot_corpus, train_tokenizer
-from oxygen_ros.model.vla import Pi05Model
+from oxygen_ros.model.checkpoints.checkpoint import save_checkpoint
+from oxygen_ros.model.network.config import ModelConfig, preset
+from oxygen_ros.model.network.layers import AdaRMSNorm
+from oxygen_ros.model.checkpoints.normalize import Normalizer
+from oxygen_ros.model.tokenizers.tokenizer import robot_corpus, train_tokenizer
+from oxygen_ros.model.network.vla import Pi05Model
 from oxygen_ros.runtime.config import RuntimeConfig, TaskConfig, default_tasks
 from oxygen_ros.runtime.policy import PolicyRuntime
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from oxygen_ros.model.checkpoint import save_checkpoint
-from oxygen_ros.model.config import TINY, ModelConfig
-from oxygen_ros.model.tokenizer import train_tokenizer
-from oxygen_ros.model.vla import Pi05Model
+from oxygen_ros.model.checkpoints.checkpoint import save_checkpoint
+from oxygen_ros.model.network.config import TINY, ModelConfig
+from oxygen_ros.model.tokenizers.tokenizer import train_tokenizer
+from oxygen_ros.model.network.vla import Pi05Model
 
 ALOHA_SMALL = TINY.replace(action_dim=32, action_horizon=50, prefix_attention="bidirectional")
 ASSET_ID = "trossen"  # openpi's asset id of its ALOHA checkpoints

@@ -10,7 +10,7 @@ The last line printed is one JSON object (``success_rate`` first). ``eval`` runs
 (``oxygen_ros.sim.evaluate`` with the ALOHA episode), from config/aloha_demo.yaml unless --params-file says
 otherwise, and prints the table-top eval's keys (``narration_accuracy``, ``memory_accuracy``,
 ``answer_accuracy``). ``--through-outputs`` and ``eval --through-node`` run the policy node and the simulator
-node in one process over DDS, kept on this machine (ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST unless set).
+node in one process over DDS: ``oxygen_ros.apps.oxygen_sim`` runs them, above the ROS layer.
 """
 
 from __future__ import annotations
@@ -18,17 +18,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from ..cli_common import DEFAULT_PARAMS, collect, in_spec_order, shown, with_overrides, with_run_settings
 
 ENV_PREFIX = "aloha_"
 ALOHA_DEMO_PARAMS = Path(__file__).resolve().parents[3] / "config" / "aloha_demo.yaml"  # --env aloha_* without --params-file
 ENVS = ("aloha_transfer_cube", "aloha_insertion")
-GIF_EVERY_STEPS = 5  # a GIF frame every 0.1 s of sim time, shown at 10 fps: real time
-GIF_STEPS_AFTER_SUCCESS = 50  # the filmed episode runs 1 s past the hand-over: the left arm seen holding the cube
 
 
 def task_of(env: str) -> str:
@@ -39,7 +37,7 @@ def _mean(values: list[float]) -> float | None:
     return round(sum(values) / len(values), 2) if values else None
 
 
-def _episode_summary(episodes: list[dict[str, Any]]) -> dict[str, Any]:
+def episode_summary(episodes: list[dict[str, Any]]) -> dict[str, Any]:
     """success_rate, mean steps and time to success (s) of finished episodes, the early failures per reason."""
     from ..evaluate import failure_counts
     from .units import DT
@@ -70,54 +68,35 @@ def _direct(seeds: list[int], task: str, quiet: bool) -> list[dict[str, Any]]:
     return out
 
 
-def _loop_figures(result: Any) -> dict[str, Any]:
-    """The closed loop's timing: answers, lockstep timeouts, rates in sim and wall time, render cost."""
-    s, d = result.sim_stats, result.diagnostics
-    return {"query_every_steps": result.query_every_steps, "chunks": s["answers"], "queries": s["queries"],
-            "stale_answers": s["stale_answers"], "lockstep_timeouts": s["timeouts"], "rejected_commands": s["rejected"], "sim_s": round(result.sim_s, 2),
-            "wall_s": round(result.wall_s, 2),
-            "steps_per_wall_s": round(sum(e["steps"] for e in result.episodes) / result.wall_s, 1),
-            "render_ms_per_frame": round(1e3 * s["render_s"] / max(1, s["frames"]), 1),
-            "node_chunk_latency_max_s_sim_time": d.get("chunk_latency_s max"),
-            "node_deadline_misses_wall_time": d.get("deadline_misses")}  # fmt: skip
-
-
-def expert(args: argparse.Namespace) -> int:
+def expert_summary(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The scripted expert's episodes replayed directly; None (said on stderr) for a task without an expert."""
     task = task_of(args.env)
     if task != "transfer_cube":
         print(f"oxygen-sim: no scripted expert for {args.env} (ACT's insertion waypoints do not replay in the "
               "joint-space scene); there is one for aloha_transfer_cube", file=sys.stderr)  # fmt: skip
-        return 2
+        return None
     seeds = list(range(args.seed, args.seed + args.episodes))
     direct = _direct(seeds, task, args.quiet)
-    summary: dict[str, Any] = {"env": args.env, **_episode_summary(direct), "seed": args.seed,
+    summary: dict[str, Any] = {"env": args.env, **episode_summary(direct), "seed": args.seed,
                                "ee_success_rate": sum(e["ee_reward"] >= 4 for e in direct) / len(direct)}  # fmt: skip
-    if args.through_outputs:
-        os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-        from oxygen_ros.ros.aloha_loop import through_outputs
+    return summary
 
-        with tempfile.TemporaryDirectory() as work:
-            result, scripted = through_outputs(Path(args.through_outputs), seeds, Path(work), image_size=(args.image_size,) * 2,
-                                               fast_render=args.fast_render, timeout_s=args.timeout,
-                                               gif_every_steps=GIF_EVERY_STEPS if args.gif else 0)  # fmt: skip
-        through = _episode_summary(result.episodes)
-        summary = {"env": args.env, "through_outputs": str(args.through_outputs), **through,
-                   "expert_success_rate": summary["success_rate"],
-                   "relative_success": round(through["success_rate"] / summary["success_rate"], 3) if summary["success_rate"] else None,
-                   "seed": args.seed, "stale_frames": scripted.stale_frames, **_loop_figures(result)}  # fmt: skip
-        if args.gif and result.frames:
-            summary["gif"] = str(write_gif(result.frames, Path(args.gif)))
+
+def expert(args: argparse.Namespace) -> int:
+    summary = expert_summary(args)
+    if summary is None:
+        return 2
     print(json.dumps(summary))
     return 0
 
 
-def evaluate(args: argparse.Namespace) -> int:
-    from ..cli import DEFAULT_PARAMS
+def params_file_of(args: argparse.Namespace) -> Path:
+    """--params-file, or config/aloha_demo.yaml where it was left at the table-top's default."""
+    return ALOHA_DEMO_PARAMS if Path(args.params_file).resolve() == DEFAULT_PARAMS.resolve() else Path(args.params_file)
 
-    params_file = ALOHA_DEMO_PARAMS if Path(args.params_file).resolve() == DEFAULT_PARAMS.resolve() else Path(args.params_file)
-    if args.through_node:
-        return _through_node(args, params_file)
-    return _offline(args, params_file)
+
+def evaluate(args: argparse.Namespace) -> int:
+    return _offline(args, params_file_of(args))
 
 
 def _offline(args: argparse.Namespace, params_file: Path) -> int:
@@ -130,10 +109,9 @@ def _offline(args: argparse.Namespace, params_file: Path) -> int:
     from oxygen_ros.runtime import PolicyRuntime, RuntimeLoadError
     from oxygen_ros.runtime.params_file import ParamsFileError
 
-    from ..cli import _shown, collect, in_spec_order, with_overrides, with_run_settings
     from ..evaluate import EpisodeLoop, answers_by_kind, drive, evaluate as run_all, summarize
     from .evaluation import eval_config, episode_specs, expert_as_model, load_params, small_checkpoint
-    from .recording import EpisodeRecorder
+    from .recording import GIF_STEPS_AFTER_SUCCESS, EpisodeRecorder
 
     if args.expert_as_model and args.envs > 1:
         print("oxygen-sim: --expert-as-model runs one environment (its expert follows one episode at a time)", file=sys.stderr)
@@ -182,7 +160,7 @@ def _offline(args: argparse.Namespace, params_file: Path) -> int:
         wall_s = time.perf_counter() - started
     results = in_spec_order(results, specs)
     summary: dict[str, Any] = {**summarize(results, runtime, settings), "env": args.env, "seed": args.seed,
-                               "envs": args.envs, "params_file": _shown(params_file), "expert_as_model": args.expert_as_model,
+                               "envs": args.envs, "params_file": shown(params_file), "expert_as_model": args.expert_as_model,
                                "decode_steps_per_chunk": config.tokens_per_frame, "image_size": runtime.image_size,
                                "wall_s": round(wall_s, 2), "wall_s_per_episode": round(wall_s / len(results), 2)}  # fmt: skip
     if settings.questions:
@@ -190,7 +168,7 @@ def _offline(args: argparse.Namespace, params_file: Path) -> int:
     if expert is not None:
         summary["stale_frames"] = expert.stale_frames
     if gif is not None:
-        summary["gif"] = _shown(gif)
+        summary["gif"] = shown(gif)
     if args.json_out:
         episodes = [{"seed": r.spec.seed, "place": r.place, "success": r.success, "time_to_success_s": r.time_to_success_s,
                      "failure": r.failure,
@@ -198,47 +176,3 @@ def _offline(args: argparse.Namespace, params_file: Path) -> int:
         Path(args.json_out).write_text(json.dumps({"summary": summary, "episodes": episodes}, indent=1))
     print(json.dumps(summary))
     return 0
-
-
-def _through_node(args: argparse.Namespace, params_file: Path) -> int:
-    """oxygen_node and the simulator node over DDS in lockstep (``oxygen_ros.ros.aloha_loop``)."""
-    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    from oxygen_ros.ros.aloha_loop import node_values, run_loop
-    from oxygen_ros.runtime import RuntimeLoadError
-    from oxygen_ros.runtime.params_file import ParamsFileError
-
-    overrides = {k: v for k, v in (("device", args.device), ("dtype", args.dtype), ("num_threads", args.num_threads)) if v is not None}
-    try:
-        values = node_values(params_file, overrides)
-    except (OSError, ParamsFileError) as exc:
-        print(f"oxygen-sim: {exc}", file=sys.stderr)
-        return 2
-    seeds = list(range(args.seed, args.seed + args.episodes))
-    widths, heights = values.get("camera_widths") or [], values.get("camera_heights") or []
-    # the file's camera size, else the model's (square): the loop without DDS renders the same
-    height, width = args.image_height or (heights[0] if heights else 0), args.image_width or (widths[0] if widths else 0)
-    image_size = (height, width) if height and width else None
-    try:
-        result = run_loop(values, seeds, task_of(args.env), image_size=image_size, fast_render=args.fast_render,
-                          gif_every_steps=GIF_EVERY_STEPS if args.gif else 0, timeout_s=args.timeout)  # fmt: skip
-    except (RuntimeLoadError, ValueError) as exc:
-        print(f"oxygen-sim: {exc}", file=sys.stderr)
-        return 1
-    summary: dict[str, Any] = {"env": args.env, **_episode_summary(result.episodes), "seed": args.seed,
-                               "params_file": str(params_file), **_loop_figures(result)}  # fmt: skip
-    if args.gif and result.frames:
-        summary["gif"] = str(write_gif(result.frames, Path(args.gif)))
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps({"summary": summary, "episodes": result.episodes}, indent=1))
-    print(json.dumps(summary))
-    return 0
-
-
-def write_gif(frames: list, path: Path, fps: float = 10.0) -> Path:
-    """The frames (RGB arrays) as an animated GIF at ``fps``."""
-    from PIL import Image
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    images = [Image.fromarray(f) for f in frames]
-    images[0].save(path, save_all=True, append_images=images[1:], duration=round(1000 / fps), loop=0)
-    return path

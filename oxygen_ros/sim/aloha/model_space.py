@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from oxygen_ros.embodiment import aloha
-from oxygen_ros.model.normalize import Normalizer
+from oxygen_ros.model.checkpoints.normalize import Normalizer
 
 
 def model_outputs(actions: np.ndarray, state: np.ndarray, normalizer: Normalizer,

@@ -16,13 +16,14 @@ from oxygen_ros.engine import ASK_TASK
 
 from ..evaluate import EpisodeLoop, EpisodeResult
 from ..media import AnswerOut, EpisodeLog, TextOut, write_gif
-from .cli import GIF_EVERY_STEPS
 from .env import camera_images
 from .episode import CAMERAS, AlohaEpisode
 from .units import DT
 
 NS = 1_000_000_000
 CAMERA_PIXELS = 192  # each camera's width in the GIF (the policy's images upscaled)
+GIF_EVERY_STEPS = 5  # a GIF frame every 0.1 s of sim time, shown at 10 fps: real time
+GIF_STEPS_AFTER_SUCCESS = 50  # the filmed episode runs 1 s past the hand-over: the left arm seen holding the cube
 
 
 class EpisodeRecorder:

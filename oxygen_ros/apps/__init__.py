@@ -1,0 +1,1 @@
+"""Commands that cross layers: the ``oxygen-sim`` entry point, whose ALOHA commands can start the ROS loop."""

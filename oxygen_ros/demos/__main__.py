@@ -1,0 +1,3 @@
+from oxygen_ros.demos.cli import main
+
+raise SystemExit(main())
