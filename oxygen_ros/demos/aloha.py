@@ -34,9 +34,10 @@ from oxygen_ros.sim.media import EpisodeLog, write_summary
 DEMO_SEED = 3
 RATE_COMMAND = "oxygen-sim eval --env aloha_transfer_cube --episodes 100 --seed 0 --questions 2 --envs 2"
 # "where is the cube?" while it still stands where it started (at 1.0 s), "which arm holds the cube?" as soon as
-# an arm holds it (the simulator's truth on ~/labels says so), so "the right arm" is a truth to be tested.
+# an arm holds it (the simulator's truth on ~/labels says so), so "the right arm" is a truth to be tested; by
+# 6.0 s at the latest (a policy that never grasps: "neither arm").
 QUESTIONS = (scene_texts.QUESTIONS[1], scene_texts.QUESTIONS[0])
-ASK_AFTER_S = (1.0,)
+ASK_AFTER_S = (1.0, 6.0)
 CAMERA_PIXELS = 224  # each camera's width in the GIF (the simulator's viewer renders them at this size)
 DT_S = 0.02  # the simulator's control step
 # The summary's joints: each arm's shoulder and gripper joint (rad) in the simulator's joint state (9 per arm).
@@ -69,10 +70,9 @@ class AlohaListener(Listener):
         return QUESTIONS[i]
 
     def question_due(self, log: EpisodeLog, i: int, now_ns: int) -> bool:
-        """The first at its time; the second once the truth says an arm holds the cube."""
-        if i == 0:
-            return super().question_due(log, i, now_ns)
-        return i == 1 and log.truth_at(now_ns, QUESTIONS[1]) not in (None, "neither arm")
+        """The first at its time; the second once the truth says an arm holds the cube, or at its time."""
+        held = i == 1 and log.truth_at(now_ns, QUESTIONS[1]) not in (None, "neither arm")
+        return held or super().question_due(log, i, now_ns)
 
 
 def run(episodes: int, seed: int, outdir: Path, policy_params: Path, sim_params: Path) -> int:
