@@ -60,3 +60,31 @@ def test_a_wild_model_breaks_mujocos_physics_and_every_episode_still_runs() -> N
     summary = summarize(one, runtime, params.settings)
     assert summary["episodes"] == 3 and summary["failures"] == {"physics_error": len(broken)}
     assert [(r.spec.seed, r.failure, r.chunks) for r in one] == [(r.spec.seed, r.failure, r.chunks) for r in two]
+
+
+def test_an_unstable_scene_says_when_and_where_and_the_next_reset_starts_clean() -> None:
+    """What the expert commands and the drivers build on: MuJoCo's PhysicsError as the step and the joint."""
+    from aloha_available import aloha_problem
+
+    if aloha_problem():
+        pytest.skip(aloha_problem())
+    import numpy as np
+
+    from oxygen_ros.sim.aloha.driver import EpisodeRecord
+    from oxygen_ros.sim.aloha.env import AlohaEnv
+    from oxygen_ros.sim.aloha.physics import SceneUnstable
+
+    env = AlohaEnv(fast_render=True)
+    env.reset(0)
+    wild = np.random.default_rng(0)
+    with pytest.raises(SceneUnstable) as caught:
+        for _ in range(100):  # targets far outside the joints' range; the grippers' most of all
+            action = wild.normal(0.0, 10.0, 14)
+            action[[6, 13]] = wild.normal(0.5, 20.0, 2)
+            env.step(action)
+    failure = caught.value.failure
+    assert failure["reason"] == "physics_error" and failure["step"] == env.steps + 1 and failure["joint"].startswith(("left_", "right_"))
+    record = EpisodeRecord(0, 0, 1, steps=failure["step"], failure=failure)
+    assert record.outcome().startswith(f"failed: physics_error at step {failure['step']} (joint {failure['joint']})")
+    state = env.reset(1)  # a new episode from a clean scene
+    assert np.allclose(state[:6], [0, -0.96, 1.16, 0, -0.3, 0], atol=0.02) and env.step(state) == 0
