@@ -45,23 +45,28 @@ class RecordingLoader:
         return runtime
 
 
-def _both_loops(seeds: list[int], action_scale: float) -> tuple[list[Any], list[dict], list[np.ndarray]]:
+def _both_loops(seeds: list[int], action_scale: float, through_topic: bool = False) -> tuple[list[Any], list[dict], list[np.ndarray]]:
+    """The loop without DDS and over DDS on the same seeds. ``through_topic``: the policy node seeds each episode
+    from the simulator's ``~/episode`` reports alone (aloha_demo.yaml's ``episode_topic``, as for two processes),
+    not from the in-process loop's hook."""
     with small_checkpoint(action_scale=action_scale) as overrides:
-        overrides = {**overrides, "engine_mode": "action_only"}
+        overrides = {**overrides, "engine_mode": "action_only", "episode_topic": "/oxygen_sim_node/episode" if through_topic else ""}
         params = load_params(PARAMS, overrides)
         runtime = PolicyRuntime.load(eval_config(params.config))
         settings = dataclasses.replace(params.settings, time_limit_s=STEPS * 0.02)
         specs = [s for s in episode_specs(params.wiring, min(seeds), max(seeds) - min(seeds) + 1) if s.seed in seeds]
         free = list(evaluate(runtime, specs, settings))
         loader = RecordingLoader()
+        unhook = (lambda _, sim: setattr(sim, "on_episode_start", None)) if through_topic else None
         over_dds = run_loop(node_values(PARAMS, overrides), seeds, runtime_loader=loader, image_size=(96, 96), fast_render=True,
-                            episode_steps=STEPS, timeout_s=600)  # fmt: skip
+                            episode_steps=STEPS, timeout_s=600, on_ready=unhook)  # fmt: skip
     assert over_dds.sim_stats["timeouts"] == 0 and over_dds.sim_stats["stale_answers"] == 0
     return free, over_dds.episodes, loader.chunks
 
 
-def test_the_same_seeds_give_the_same_chunks_and_outcomes_without_and_over_dds() -> None:
-    free, episodes, chunks = _both_loops([3, 4], action_scale=1.0)
+@pytest.mark.parametrize("through_topic", [False, True], ids=["in-process hook", "episode_topic"])
+def test_the_same_seeds_give_the_same_chunks_and_outcomes_without_and_over_dds(through_topic: bool) -> None:
+    free, episodes, chunks = _both_loops([3, 4], action_scale=1.0, through_topic=through_topic)
     assert [e["seed"] for e in episodes] == [r.spec.seed for r in free] == [3, 4]
     assert [(e["success"], e["steps"]) for e in episodes] == [(r.success, round(r.duration_s / 0.02)) for r in free]
     expected = [a for r in free for a in r.actions]

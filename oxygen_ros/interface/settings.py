@@ -57,6 +57,7 @@ class NodeSettings:
     explicit_outputs: bool = False  # given as output_* lists: every action dim must go to one of them
     robots: tuple[str, ...] = ()  # the robots served (each under its namespace); () = one robot, topics as given
     robot_control_rates_hz: tuple[float, ...] = ()  # one per robot; () = every robot at control_rate_hz
+    episode_topic: str = ""  # a simulator's episode reports: each episode's noise seeded by its seed; "" = none
 
     @property
     def control_period_s(self) -> float:
@@ -315,4 +316,5 @@ def node_settings(v: Mapping[str, Any]) -> NodeSettings:
         explicit_outputs=outputs_of(v)[1],
         robots=tuple(v["robots"]),
         robot_control_rates_hz=tuple(float(r) for r in v["robot_control_rates_hz"]),
+        episode_topic=v["episode_topic"],
     )

@@ -65,6 +65,7 @@ from .ask_server import AskServer
 from .controller_outputs import ControllerOutputs
 from oxygen_ros.interface.topic_names import robot_topic
 from .diagnostics import Diagnostics, diagnostic_array
+from .episode_starts import EpisodeStarts
 from .instruction_sub import InstructionSubscription
 from .robot_clocks import RobotClocks
 from .robot_log import RobotLog
@@ -352,6 +353,10 @@ class OxygenNode(Node):
                                                  qos_profile_sensor_data, callback_group=self._input_group))
         port.instruction = InstructionSubscription(self, port.topic(s.instruction_topic), partial(self._on_instruction, port),
                                                    partial(self._on_incompatible_instruction, port), self._input_group)  # fmt: skip
+        if s.episode_topic:
+            port.episodes = EpisodeStarts(self, port.topic(s.episode_topic), partial(port.log.warn, "bad_episode_report"),
+                                          self._input_group)  # fmt: skip
+            subs.append(port.episodes.subscription)
         return subs
 
     def _create_timers(self) -> None:
@@ -487,6 +492,9 @@ class OxygenNode(Node):
         frames: dict[str, Any] = {}
         observations: dict[str, Observation] = {}
         for port in due:
+            seed = port.episodes.due(now_ns) if port.episodes is not None else None
+            if seed is not None:  # a simulator's episode began: its noise and text schedule from its seed
+                self.runtime.start_episode(seed, port.key)
             got = self._frame_of(port, now_ns, epoch)
             if got is not None:
                 observations[port.key], frames[port.key] = got

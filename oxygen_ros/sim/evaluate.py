@@ -129,15 +129,6 @@ def _cancel_text(runtime: PolicyRuntime, robot: str = "") -> None:
         text_engine.cancel_all()
 
 
-def start_episode(runtime: PolicyRuntime, seed: int, robot: str = "") -> None:
-    """A robot of the runtime starts an episode: the action noise seeded by the episode's seed (its outcome does
-    not depend on the episodes before it), the text tasks' schedule from its first tick, no chunk to continue.
-    The simulator nodes' lockstep loop (``aloha_loop``) does the same at each episode start."""
-    runtime.engine.robot(robot).generator.manual_seed(seed)
-    runtime.engine.restart_schedule(robot)
-    runtime.forget_chunk(robot)
-
-
 class EpisodeLoop:
     """One episode between the engine's ticks: ``observe`` runs the physics to the next tick that wants a
     chunk and returns its frame, ``act`` delivers the chunk. Several loops, one per robot of the runtime,
@@ -159,7 +150,7 @@ class EpisodeLoop:
         if runtime.config.engine_mode == "oxygen" and runtime.config.tokens_per_frame < 1:
             raise ValueError("closed-loop evaluation needs tokens_per_frame >= 1 (deadline-driven decoding is not reproducible)")
         self.runtime, self.spec, self.settings, self.robot = runtime, spec, settings, robot
-        start_episode(runtime, spec.seed, robot)
+        runtime.start_episode(spec.seed, robot)  # the noise is the episode's: its outcome is its own
         self.episode = spec.make_episode(settings.control_period_s, settings.time_limit_s)
         self.labels: dict[int, dict[str, str | None]] = {}
         self.text = _TextCollector(self.labels)

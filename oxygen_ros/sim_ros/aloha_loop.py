@@ -93,7 +93,6 @@ def run_loop(
     from rclpy.parameter import Parameter
 
     from oxygen_ros.sim.aloha.units import DT
-    from oxygen_ros.sim.evaluate import start_episode
 
     from oxygen_ros.sim_ros.aloha_sim_node import AlohaSimNode
     from oxygen_ros.ros.node import OxygenNode
@@ -116,8 +115,8 @@ def run_loop(
                            seeds=seeds)  # fmt: skip
         nodes.append(sim)
         # Each episode's action noise from its seed, its text schedule from its start, as the loop without DDS
-        # (evaluate.start_episode): the same seeds give the same chunks and outcomes on both paths.
-        sim.on_episode_start = lambda record: start_episode(policy.runtime, record.seed)
+        # (PolicyRuntime.start_episode): the same seeds give the same chunks and outcomes on both paths.
+        sim.on_episode_start = lambda record: policy.runtime.start_episode(record.seed)
         frames: list[np.ndarray] = []
         if gif_every_steps > 0:
             sim.on_step = lambda d: _record(d, frames, gif_every_steps, *gif_size)

@@ -243,6 +243,8 @@ class AlohaSimNode(Node):
             self.on_episode_start(record)
         if record is not None:
             self._report("start", record)
+            if self.v["lockstep"]:  # a policy that seeds each episode (episode_topic) has the start before its frame
+                self._episode_pub.wait_for_all_acked(Duration(seconds=1.0))
             self.get_logger().info(f"episode {record.index + 1}: seed {record.seed}")
 
     def _step(self) -> None:
