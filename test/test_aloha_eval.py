@@ -86,10 +86,14 @@ def test_wiring_that_does_not_fit_the_drivers_is_refused(tmp_path) -> None:
 
 
 def _small_params(tmp_path: Path, overrides: dict[str, str]) -> Path:
-    """aloha_demo.yaml with the small checkpoint in place of models/aloha."""
+    """aloha_demo.yaml with the small checkpoint in place of models/aloha, without its limits block (a random
+    checkpoint's grippers leave their range: with the limits every chunk would hold; test_safety_physics.py runs
+    the limits)."""
     params_file = tmp_path / "config" / "small.yaml"
     params_file.parent.mkdir(exist_ok=True)
-    params_file.write_text(PARAMS.read_text().replace("checkpoint: models/aloha", f"checkpoint: {overrides['checkpoint']}")
+    text = PARAMS.read_text()
+    text = text[: text.index("    # ----------------------------------------------------------------------- limits")]
+    params_file.write_text(text.replace("checkpoint: models/aloha", f"checkpoint: {overrides['checkpoint']}")
                            .replace("tokenizer: models/aloha/tokenizer.model", f"tokenizer: {overrides['tokenizer']}"))  # fmt: skip
     return params_file
 

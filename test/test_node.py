@@ -262,7 +262,9 @@ def test_use_sim_time_drives_ticks_stamps_and_staleness(ros_context):
 
 def _fake_node(ros_name: str, **params: Any) -> tuple[OxygenNode, FakeRuntime]:
     load = FakeRuntime.loader()
-    values = {"camera_topics": [f"/{ros_name}/cam"], "joint_names": JOINTS, "default_instruction": "go", **params}
+    # resume_blend_s 0: the trajectories as the chunks say (no blend from the measured joints after activation)
+    values = {"camera_topics": [f"/{ros_name}/cam"], "joint_names": JOINTS, "default_instruction": "go",
+              "resume_blend_s": 0.0, **params}
     node = OxygenNode(ros_name, runtime_loader=load, parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
     return node, load.made[0]
 
@@ -375,6 +377,8 @@ TEST_OVERRIDES = {
     "max_observation_age_s": 0.7,  # generous: the test driver shares 2 busy cores with the node
     "diagnostics_period_s": 0.25,
     "default_instruction": "",
+    # A random model's actions leave the joint ranges: clamped (what this module checks), not refused as no command.
+    "limit_out_of_range_margin": 100.0,
 }
 INSTRUCTION = "pick up the red cup"
 
@@ -553,7 +557,7 @@ def test_diagnostics_report_rate_latency_text_and_kv(live):
 
     assert live.spin_until(rate_ok, timeout=15), live.diagnostics.messages[-1]
     statuses = _statuses(live.diagnostics.messages[-1])
-    assert set(statuses) == {f"oxygen_ros: {n}" for n in ("control", "inputs", "text", "kv", "topics", "node")}
+    assert set(statuses) == {f"oxygen_ros: {n}" for n in ("control", "inputs", "text", "kv", "topics", "safety", "node")}
     assert statuses["oxygen_ros: node"].message == "active"
     topics = _values(statuses["oxygen_ros: topics"])
     for topic in ("/camera/base/image_raw", "/camera/wrist/image_raw/compressed", "joint_states"):  # resolved names

@@ -106,7 +106,8 @@ def ros_context():
 
 def fake_node(name: str, action_dim: int, **params: Any) -> tuple[OxygenNode, FakeRuntime]:
     load = FakeRuntime.loader(action_dim=action_dim, scale=0.05)
-    values = {"camera_topics": [f"/{name}/cam"], "default_instruction": "go", "control_rate_hz": 10.0, **params}
+    values = {"camera_topics": [f"/{name}/cam"], "default_instruction": "go", "control_rate_hz": 10.0,
+              "resume_blend_s": 0.0, **params}  # the commands as the chunks say (no blend after activation)
     node = OxygenNode(name, runtime_loader=load, parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
     return node, load.made[0]
 
@@ -275,7 +276,7 @@ def test_aloha_checkpoint_reaches_four_controllers_with_openpis_formulas(ros_con
     values = {"checkpoint": str(folder), "tokenizer": str(tok), "engine_mode": "action_only", "kv_budget_mb": 16.0,
               "num_threads": 1, "prompt_format": "pi05_state", "embodiment": "aloha", "camera_topics": ["/aloha/cam"],
               "joint_names": ARMS, "joint_state_topic": "/aloha/joint_states", "default_instruction": "fold the towel",
-              "control_rate_hz": 5.0, "max_observation_age_s": 2.0,
+              "control_rate_hz": 5.0, "max_observation_age_s": 2.0, "resume_blend_s": 0.0,
               "output_names": ["left_arm", "left_gripper", "right_arm", "right_gripper"],
               "output_types": ["joint_trajectory", "float64_array", "joint_trajectory", "float64_array"],
               "output_topics": ["/aloha/left_arm_controller/joint_trajectory", "/aloha/left_gripper_controller/commands",

@@ -48,6 +48,7 @@ oxygen_node:
     default_instruction: "pick up the red cup"
     control_rate_hz: 5.0
     max_observation_age_s: 0.5
+    resume_blend_s: 0.0  # the trajectories as the chunks say (no blend from the measured joints at the start)
 """
 TICKS = 6  # a 1.0 s bag at 5 Hz: ticks at 0, 0.2, ..., 1.0 s
 

@@ -60,9 +60,15 @@ class Seen:
         return np.concatenate([u for chunks in self.actions.values() for u in chunks])
 
 
-def shipped(robot: str, checkpoint: Path, tokenizer: Path, **overrides: Any) -> dict[str, Any]:
-    """The shipped config with its FILL_IN paths set, run on this machine's CPU."""
+def shipped(robot: str, checkpoint: Path, tokenizer: Path, guarded: bool = False, **overrides: Any) -> dict[str, Any]:
+    """The shipped config with its FILL_IN paths set, run on this machine's CPU. Unless ``guarded``, without its
+    limits and resume blend: the contract is the conversion chain, every command as the reference computes it
+    (test_safety_dds.py runs the configs with their limits)."""
     values = yaml.safe_load((ROBOTS / f"{robot}.yaml").read_text())["/**"]["ros__parameters"]
+    if not guarded:
+        for key in [k for k in values if k.startswith(("limit_", "output_max_"))]:
+            del values[key]
+        values["resume_blend_s"] = 0.0
     values.update(checkpoint=str(checkpoint), tokenizer=str(tokenizer), device="cpu", dtype="float32",
                   engine_mode="action_only", kv_budget_mb=16.0, num_threads=1, max_observation_age_s=5.0,
                   default_instruction="do the task")  # fmt: skip

@@ -262,6 +262,40 @@ PARAMS: tuple[ParamSpec, ...] = (
               read_only=False),
     ParamSpec("joint_limits_upper", "float[]", [], "Upper position limit per joint_names entry; empty = no clamping.",
               read_only=False),
+    # ------------------------------------------------------------------ safety (oxygen_ros/runtime/safety)
+    ParamSpec("limit_joints", "str[]", [],
+              "Joints the limits below name, by the outputs' joint names (output_joints), in the controller's units "
+              "(after output_conversions). Empty = no joint limits (the node warns once at start)."),
+    ParamSpec("limit_max_velocity", "float[]", [],
+              "Per limit_joints entry: the fastest it may be commanded, units/s (trajectories re-timed, streamed "
+              "steps and velocities shortened along their direction); 0 = none.", read_only=False, low=0.0),
+    ParamSpec("limit_max_distance", "float[]", [],
+              "Per limit_joints entry: the farthest a position command may lie from the measured position when it "
+              "is due, units; 0 = none (grippers that squeeze objects: none).", read_only=False, low=0.0),
+    ParamSpec("limit_lower", "float[]", [],
+              "Per limit_joints entry: lower position limit (commands clamped); equal lower and upper = none.",
+              read_only=False),
+    ParamSpec("limit_upper", "float[]", [], "Per limit_joints entry: upper position limit.", read_only=False),
+    ParamSpec("limit_out_of_range_margin", "float", 0.5,
+              "A position beyond its limit by more than this share of the joint's range is no command: hold.",
+              read_only=False, low=0.0, high=100.0),
+    ParamSpec("output_max_acceleration", "float[]", [],
+              "Per output: the largest change of a velocity or twist command, units/s^2, where the controller has no "
+              "limit of its own; 0 or empty = none.", read_only=False, low=0.0),
+    ParamSpec("output_max_linear_speed", "float[]", [],
+              "Per output (twist): the largest norm of the linear part, in the twist's units; 0 or empty = none.",
+              read_only=False, low=0.0),
+    ParamSpec("output_max_angular_speed", "float[]", [],
+              "Per output (twist): the largest norm of the angular part; 0 or empty = none.", read_only=False, low=0.0),
+    ParamSpec("hold_timeout_s", "float", 0.0,
+              "Hold every output when no chunk was commanded for this long (a model that stalls); 0 = the chunk's "
+              "execution (n_action_steps steps) plus two control periods.", read_only=False, low=0.0, high=3600.0),
+    ParamSpec("resume_blend_s", "float", 0.5,
+              "After a hold, an activation or a stop: commands blend from the measured position over this long.",
+              read_only=False, low=0.0, high=60.0),
+    ParamSpec("stop_topic", "str", "~/stop",
+              "Latched std_msgs/Bool (transient local): true stops every command (the model and its text go on) "
+              "until false; the std_srvs/SetBool service ~/set_stop does the same.", check=_check_topic("stop_topic")),
     ParamSpec("diagnostics_period_s", "float", 1.0, "Period of the /diagnostics report.", low=0.01, high=3600.0),
     # --------------------------------------------------------------------------- ~/ask (Ask action)
     ParamSpec("ask_max_tokens", "int", 48, "Longest answer of the ~/ask action (a goal's max_tokens 0 = this).",

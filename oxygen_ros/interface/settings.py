@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
@@ -12,6 +13,7 @@ from oxygen_ros.runtime import RuntimeConfig
 from oxygen_ros.runtime.outputs import OutputConfigError, OutputSpec, build_outputs, output_problems
 from oxygen_ros.runtime.cameras import slot_names_of, slot_positions
 from oxygen_ros.runtime.paths import with_resolved_paths
+from oxygen_ros.runtime.safety import OutputLimits, limit_table_problems, limits_of_outputs
 
 from .param_spec import ConfigError
 from .params import PARAMS, RUNTIME_FIELDS, SPECS, TASK_LISTS
@@ -57,6 +59,10 @@ class NodeSettings:
     explicit_outputs: bool = False  # given as output_* lists: every action dim must go to one of them
     robots: tuple[str, ...] = ()  # the robots served (each under its namespace); () = one robot, topics as given
     robot_control_rates_hz: tuple[float, ...] = ()  # one per robot; () = every robot at control_rate_hz
+    limits: Mapping[str, OutputLimits] = dataclasses.field(default_factory=dict)  # per output name
+    hold_timeout_s: float = 0.0  # 0 = n_action_steps steps + two control periods
+    resume_blend_s: float = 0.5
+    stop_topic: str = "~/stop"
     episode_topic: str = ""  # a simulator's episode reports: each episode's noise seeded by its seed; "" = none
 
     @property
@@ -156,6 +162,15 @@ def cross_checks(v: Mapping[str, Any]) -> list[str]:
         problems.extend(str(exc).splitlines())
     except ValueError:
         pass  # a joint conversion that does not parse: runtime_config(...).validate() reports it
+    try:
+        specs = outputs_of(v)[0]
+        problems.extend(limit_table_problems(v, len(specs)))
+        named = {j for spec in specs for j in spec.joints}
+        unknown = [j for j in v.get("limit_joints") or [] if j not in named]
+        if unknown:
+            problems.append(f"limit_joints {unknown} are no output's joints (output_joints): their limits would guard nothing")
+    except (OutputConfigError, ValueError):
+        pass  # the outputs' own problems are reported above
     if v.get("robots"):
         problems.extend(_robots_problems(v))
     rates, robots = list(v.get("robot_control_rates_hz") or []), list(v.get("robots") or [])
@@ -316,5 +331,10 @@ def node_settings(v: Mapping[str, Any]) -> NodeSettings:
         explicit_outputs=outputs_of(v)[1],
         robots=tuple(v["robots"]),
         robot_control_rates_hz=tuple(float(r) for r in v["robot_control_rates_hz"]),
+        limits=limits_of_outputs(outputs_of(v)[0], v, tuple(v["joint_names"]), tuple(v["joint_limits_lower"]),
+                                 tuple(v["joint_limits_upper"])),  # fmt: skip
+        hold_timeout_s=float(v["hold_timeout_s"]),
+        resume_blend_s=float(v["resume_blend_s"]),
+        stop_topic=v["stop_topic"],
         episode_topic=v["episode_topic"],
     )

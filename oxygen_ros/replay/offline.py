@@ -41,6 +41,7 @@ from oxygen_ros.interface.settings import model_fit_problems
 from oxygen_ros.runtime import InputError, PolicyRuntime
 from oxygen_ros.runtime.alignment import ChunkTooLate, align_chunk, aligned_trajectory, replan_due
 from oxygen_ros.runtime.outputs import limits_for, stream_rows
+from oxygen_ros.runtime.safety import SafetyGuard, hold_trajectory
 
 from .bagio import (
     ACTION_CHUNK, COMPRESSED_IMAGE, FLOAT64_ARRAY, IMAGE, JOINT_STATE, JOINT_TRAJECTORY, NS_PER_S, STRING, TEXT_DELTA,
@@ -109,6 +110,9 @@ class OfflineReplay:
         self.action_s: list[float] = []
         self.deadline_misses = 0
         self.frames = self.chunks = self.trajectories = self.clamped = 0
+        # The node's guard (oxygen_ros/runtime/safety): the bag shows the commands as the robot would get them.
+        self.guard = SafetyGuard(s.outputs, s.limits, s.step_period_s, s.resume_blend_s,
+                                 max(s.max_observation_age_s, 2 / s.control_rate_hz))  # fmt: skip
         self.output_counts: Counter[str] = Counter({spec.name: 0 for spec in s.outputs})  # messages per output
         self._last_chunk_s: float | None = None  # bag time of the tick of the last chunk (replan)
         self.text: dict[str, list[dict[str, Any]]] = {t.name: [] for t in config.runtime.tasks}
@@ -184,6 +188,7 @@ class OfflineReplay:
             store.put_image(slot, image, stamp, recv, str(obj.header.frame_id))
         elif msg.topic == self.config.joint_state_topic:
             stamp = stamp_to_ns(obj.header.stamp)
+            self.guard.measured.put(list(obj.name), list(obj.position), recv)
             try:
                 positions = joint_positions(obj, self.config.settings.joint_names)
             except Exception as exc:  # noqa: BLE001 - as the node
@@ -249,6 +254,10 @@ class OfflineReplay:
         due, up to the next chunk (the next tick, or n_action_steps steps with replan n_action_steps)."""
         s, cfg = self.config.settings, runtime.config
         n_steps = runtime.n_action_steps
+        problems = [p for spec in s.outputs if (p := self.guard.chunk_problem(spec, spec.values(actions)))]
+        if problems:
+            self._hold(writer, now_ns, "bad_output", problems[0])
+            return
         messages = []
         for spec in s.outputs:
             if spec.type != "joint_trajectory":
@@ -257,22 +266,46 @@ class OfflineReplay:
             timed, clamped = aligned_trajectory(spec.values(actions), spec.joints, s.step_period_s, limits, stamp_ns,
                                                 latency_s, n_steps, cfg.time_alignment)  # fmt: skip
             self.clamped += clamped
-            messages.append((now_ns, spec, JOINT_TRAJECTORY, to_trajectory_msg(timed, spec.interface)))
+            guarded = self.guard.trajectory(spec, timed, now_ns)
+            if guarded is not None:
+                messages.append((now_ns, spec, JOINT_TRAJECTORY, to_trajectory_msg(guarded, spec.interface)))
         streamed = [spec for spec in s.outputs if spec.streamed]
         if streamed:
             timing = align_chunk(len(actions), s.step_period_s, stamp_ns, latency_s, n_steps, cfg.time_alignment)
             until = now_ns + (self.period_ns if cfg.replan == "tick" else round(n_steps * s.step_period_s * NS_PER_S))
             for row, at in stream_rows(timing.first, timing.times_s, timing.stamp_ns or now_ns, now_ns, until):
                 for spec in streamed:
-                    values = spec.values(actions[row])
+                    values = self.guard.stream(spec, spec.values(actions[row]), at)
                     if spec.type == "twist":
                         messages.append((at, spec, TWIST_STAMPED, twist_msg(values, spec.frame, at)))
                     else:
                         messages.append((at, spec, FLOAT64_ARRAY, float64_array_msg(values)))
+        self.guard.state.resumed()
+        self._write_messages(writer, messages)
+
+    def _write_messages(self, writer: BagWriter, messages: list[tuple[int, Any, str, Any]]) -> None:
         for at, spec, msgtype, msg in messages:
             writer.write(self._out(self.config.topic(spec.topic)), msgtype, at, msg)
             self.output_counts[spec.name] += 1
         self.trajectories += sum(1 for _, spec, _, _ in messages if spec.type == "joint_trajectory")
+
+    def _hold(self, writer: BagWriter, now_ns: int, kind: str, reason: str) -> None:
+        """Every output to its hold command, as the node sends it when a chunk is no command at all."""
+        s = self.config.settings
+        if not (s.publish_trajectory and s.outputs) or not self.guard.hold(kind, reason, now_ns):
+            return
+        messages = []
+        for spec in s.outputs:
+            command = self.guard.hold_command(spec, now_ns)
+            if spec.type == "joint_trajectory":
+                held = hold_trajectory(spec, command, s.step_period_s)
+                if held is not None:
+                    messages.append((now_ns, spec, JOINT_TRAJECTORY, to_trajectory_msg(held, spec.interface)))
+            elif command is not None and spec.type == "twist":
+                messages.append((now_ns, spec, TWIST_STAMPED, twist_msg(command, spec.frame, now_ns)))
+            elif command is not None:
+                messages.append((now_ns, spec, FLOAT64_ARRAY, float64_array_msg(command)))
+        self._write_messages(writer, messages)
 
     # ------------------------------------------------------------------------------------------ run
     def load_runtime(self) -> PolicyRuntime:
@@ -349,7 +382,8 @@ class OfflineReplay:
                 self._last_chunk_s = now / 1e9
                 self.frames += 1
                 self._write_chunk(writer, runtime, result, obs, now)
-            except Exception as exc:  # noqa: BLE001 - as the node: count, no chunk, keep going
+            except Exception as exc:  # noqa: BLE001 - as the node: count, no chunk, keep going (the outputs hold)
+                self._hold(writer, now, "bad_output", f"{type(exc).__name__}: {exc}")
                 self._engine_error(tick, now, t0, "control tick", exc)
                 result = None
             if result is not None:
@@ -426,6 +460,8 @@ class OfflineReplay:
             "chunks": self.chunks,
             "trajectories": self.trajectories,
             "clamped_positions": self.clamped,
+            "safety": {"holds": dict(self.guard.state.holds),
+                       "limit_hits": {f"{o}/{j}/{k}": n for (o, j, k), n in sorted(self.guard.hits.snapshot().items())}},
             "skipped": dict(sorted(self.skips.items())),
             "skipped_ticks": self.skipped_ticks,
             "inputs": dict(sorted(self.inputs.items())),

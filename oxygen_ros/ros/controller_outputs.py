@@ -1,13 +1,17 @@
-"""The node's controller outputs: one publisher per output, each sending its action dims in its message type.
+"""The node's controller outputs: one publisher per output, each sending its action dims in its message type,
+every command through the robot's `SafetyGuard` (oxygen_ros/runtime/safety: limits, hold, stop).
 
-joint_trajectory outputs send one JointTrajectory per chunk (timed as ``alignment`` says); float64_array and
-twist outputs are streamed by a timer: the row of the latest chunk due now, a twist at least every
-``TWIST_REPEAT_S`` (MoveIt Servo drops commands older than ~0.1 s), and a zero command once when the chunk
-ends for velocity and twist outputs, so the robot stops instead of repeating its last command.
+joint_trajectory outputs send one JointTrajectory per chunk (timed as ``alignment`` says, then re-timed or cut
+by the guard); float64_array and twist outputs are streamed by a timer: the row of the latest chunk due now
+held to the limits, a twist at least every ``TWIST_REPEAT_S`` (MoveIt Servo drops commands older than ~0.1 s),
+and a zero command once when the chunk ends for velocity and twist outputs, so the robot stops instead of
+repeating its last command. `hold` sends every output its hold command at once: a trajectory to the measured
+position, zero velocity, a zero twist.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 import numpy as np
@@ -22,8 +26,13 @@ from oxygen_ros.interface.outputs import float64_array_msg, to_trajectory_msg, t
 from oxygen_ros.interface.settings import NodeSettings
 from oxygen_ros.runtime.alignment import align_chunk, aligned_trajectory
 from oxygen_ros.runtime.outputs import TWIST_REPEAT_S, ChunkStream, OutputSpec, limits_for
+from oxygen_ros.runtime.safety import RUN, SafetyGuard, hold_trajectory
 
 MSG_TYPES = {"joint_trajectory": JointTrajectory, "float64_array": Float64MultiArray, "twist": TwistStamped}
+
+
+class UnsafeChunk(ValueError):
+    """The chunk is no command at all (non-finite, far out of range): the outputs hold instead."""
 
 
 class ControllerOutputs:
@@ -36,6 +45,10 @@ class ControllerOutputs:
         self.publishers = {s.name: make_publisher(MSG_TYPES[s.type], s.topic, qos) for s in settings.outputs}
         self.streamed = [s for s in settings.outputs if s.streamed]
         self.stream = ChunkStream()
+        self.guard = SafetyGuard(settings.outputs, settings.limits, settings.step_period_s, settings.resume_blend_s,
+                                 max_measured_age_s=max(settings.max_observation_age_s, 2 * settings.control_period_s))  # fmt: skip
+        self.last_commanded_ns: int | None = None  # node clock: the latest chunk commanded
+        self.lock = threading.RLock()  # a chunk, a stream command, a hold and the stop input never interleave
         self._moving: set[str] = set()  # streamed outputs that sent a command of the current chunk
         self._timer = None
         if self.streamed:
@@ -44,10 +57,25 @@ class ControllerOutputs:
                 period = min(period, TWIST_REPEAT_S)
             self._timer = node.create_timer(period, self._on_stream, callback_group=callback_group)
 
+    def _now_ns(self) -> int:
+        return self.node.get_clock().now().nanoseconds
+
     def publish_chunk(self, actions: np.ndarray, stamp_ns: int, latency_s: float, n_action_steps: int, mode: str) -> int:
-        """Send a chunk: trajectories now, streamed outputs from their timer. Returns the positions clamped;
-        raises ChunkTooLate (nothing left to execute) or ValueError (the chunk cannot be commanded)."""
+        """Send a chunk: trajectories now, streamed outputs from their timer; nothing while the stop input is set.
+        Returns the positions clamped; raises ChunkTooLate (nothing left to execute), UnsafeChunk (no command: the
+        outputs hold) or ValueError (the chunk cannot be commanded)."""
+        with self.lock:
+            return self._publish_chunk(actions, stamp_ns, latency_s, n_action_steps, mode)
+
+    def _publish_chunk(self, actions: np.ndarray, stamp_ns: int, latency_s: float, n_action_steps: int, mode: str) -> int:
         s = self.settings
+        if self.guard.state.stopped:
+            return 0
+        for spec in s.outputs:
+            problem = self.guard.chunk_problem(spec, spec.values(actions))
+            if problem:
+                raise UnsafeChunk(problem)
+        now_ns = self._now_ns()
         clamped = 0
         messages = []
         for spec in s.outputs:
@@ -56,35 +84,60 @@ class ControllerOutputs:
             limits = limits_for(spec, s.joint_names, s.joint_limits_lower, s.joint_limits_upper)
             timed, n = aligned_trajectory(spec.values(actions), spec.joints, s.step_period_s, limits, stamp_ns, latency_s,
                                           n_action_steps, mode)  # fmt: skip
+            guarded = self.guard.trajectory(spec, timed, now_ns)
             clamped += n
-            messages.append((spec.name, to_trajectory_msg(timed, spec.interface)))
+            if guarded is not None:
+                messages.append((spec.name, to_trajectory_msg(guarded, spec.interface)))
         if self.streamed:
             timing = align_chunk(len(actions), s.step_period_s, stamp_ns, latency_s, n_action_steps, mode)
-            start = timing.stamp_ns or self.node.get_clock().now().nanoseconds
+            start = timing.stamp_ns or now_ns
             self.stream.set(actions, start, timing.first, timing.times_s)
+        self.guard.state.resumed()
         for name, msg in messages:
             self.publishers[name].publish(msg)
+        self.last_commanded_ns = now_ns
         if self.streamed:
-            self._on_stream()  # the first command goes out with the chunk
+            self._stream_due()  # the first command goes out with the chunk
         return clamped
 
-    def stop(self) -> None:
-        """No chunk any more (deactivated, or the clock jumped and the chunk's start time belongs to the other
-        timeline): velocity and twist outputs get their zero command."""
+    def hold(self) -> None:
+        """Every output to its hold command now; the streamed chunk is dropped (the guard's state is the caller's)."""
+        with self.lock:
+            self._hold()
+
+    def _hold(self) -> None:
         self.stream.clear()
-        self._on_stream()
+        self._moving.clear()
+        now_ns = self._now_ns()
+        for spec in self.settings.outputs:
+            command = self.guard.hold_command(spec, now_ns)
+            if spec.type == "joint_trajectory":
+                self.publishers[spec.name].publish(self._hold_trajectory(spec, command))
+            elif command is not None:
+                self._send(spec, command, now_ns)
+
+    def _hold_trajectory(self, spec: OutputSpec, command: np.ndarray | None) -> JointTrajectory:
+        held = hold_trajectory(spec, command, self.settings.step_period_s)
+        if held is None:  # nothing measured: an empty trajectory makes a joint_trajectory_controller hold where it is
+            return JointTrajectory(joint_names=list(spec.joints))
+        return to_trajectory_msg(held, spec.interface)
 
     def _on_stream(self) -> None:
-        now_ns = self.node.get_clock().now().nanoseconds
-        row = self.stream.due(now_ns)
+        with self.lock:
+            self._stream_due()
+
+    def _stream_due(self) -> None:
+        now_ns = self._now_ns()
+        row = self.stream.due(now_ns) if self.guard.state.state == RUN else None
         for spec in self.streamed:
             if row is not None and np.all(np.isfinite(row)):
-                self._send(spec, spec.values(row), now_ns)
+                self._send(spec, self.guard.stream(spec, spec.values(row), now_ns), now_ns)
                 self._moving.add(spec.name)
             elif spec.name in self._moving:
                 self._moving.discard(spec.name)
                 if spec.type == "twist" or spec.interface == "velocity":
                     self._send(spec, np.zeros(len(spec.dims)), now_ns)
+                    self.guard.outputs[spec.name].stopped(now_ns)
 
     def _send(self, spec: OutputSpec, values: np.ndarray, now_ns: int) -> None:
         if spec.type == "twist":

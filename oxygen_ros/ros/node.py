@@ -34,42 +34,41 @@ from __future__ import annotations
 
 import threading
 import time
-from functools import partial
 from typing import Any, Callable, Sequence
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from diagnostic_msgs.msg import DiagnosticArray
 from oxygen_ros_msgs.msg import ActionChunk, TextDelta
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.publisher import Publisher
-from rclpy.event_handler import QoSRequestedIncompatibleQoSInfo
 from rclpy.exceptions import InvalidHandle
-from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_policy_name_from_kind, qos_profile_sensor_data
+from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rcl_interfaces.msg import SetParametersResult
-from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String
 
 from oxygen_ros.interface import settings as S
-from oxygen_ros.interface.convert import action_chunk_msg, compressed_image_to_array, image_to_array, joint_positions, stamp_to_ns, text_delta_msg
+from oxygen_ros.interface.convert import action_chunk_msg
 from oxygen_ros.interface.inputs import AFTER_CLOCK_JUMP, InputStore, Observation, ObservationError
 from oxygen_ros.interface.outputs import JointLimits, final_text_topic, text_topic
 from oxygen_ros.runtime import InputError, PolicyRuntime, RuntimeConfig
 from oxygen_ros.runtime.alignment import ChunkTooLate, replan_due
 from oxygen_ros.runtime.clock_jumps import ClockJump
-from oxygen_ros.runtime.startup import process_age_s
 
 from . import node_params
 from .ask_server import AskServer
-from .controller_outputs import ControllerOutputs
 from oxygen_ros.interface.topic_names import robot_topic
-from .diagnostics import Diagnostics, diagnostic_array
-from .episode_starts import EpisodeStarts
-from .instruction_sub import InstructionSubscription
+
+from .controller_outputs import ControllerOutputs
+from .diagnostics import Diagnostics
 from .robot_clocks import RobotClocks
 from .robot_log import RobotLog
+from .node_inputs import InputCallbacks
+from .node_jumps import ClockJumps
+from .node_report import NodeReport
 from .robot_ports import RobotPorts, TextPublishers, diagnostics_prefix
+from .safety_port import SafetyPort
 from .time_jumps import ClockJumpWatch
 from .topic_stats import TopicStatistics
 
@@ -101,7 +100,7 @@ def _wait_acked(publishers: Sequence[Publisher], timeout_s: float, step_s: float
     return True
 
 
-class OxygenNode(Node):
+class OxygenNode(InputCallbacks, ClockJumps, NodeReport, Node):
     """The policy node. Raises `params.ConfigError` for bad parameters and whatever `runtime_loader`
     raises (`RuntimeLoadError`) when the model cannot be loaded.
 
@@ -138,6 +137,7 @@ class OxygenNode(Node):
         self._input_group = ReentrantCallbackGroup()
         self._diag_group = MutuallyExclusiveCallbackGroup()
         self._ask_group = ReentrantCallbackGroup()
+        self._safety_group = MutuallyExclusiveCallbackGroup()  # the stop input and the hold watchdog
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.add_post_set_parameters_callback(self._after_set_parameters)
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", RELIABLE)
@@ -213,8 +213,8 @@ class OxygenNode(Node):
         if self._control_timer is not None:  # cancelled, not destroyed: `activate` resets it
             self._control_timer.cancel()
         for port in self._ports:
-            if port.outputs is not None:
-                port.outputs.stop()  # velocity and twist outputs: a zero command rather than the last one
+            if port.safety is not None:
+                port.safety.hold("deactivate", "the node was deactivated")
         ended = 0
         try:
             events = self.runtime.close()
@@ -248,6 +248,9 @@ class OxygenNode(Node):
     def _release_ports(self) -> None:
         for port in self._ports:
             port.ask.detach()
+            if port.safety is not None:
+                port.safety.destroy()
+                port.safety = None
             if port.outputs is not None:
                 port.outputs.destroy(self._destroy_publisher)
                 port.outputs = None
@@ -325,6 +328,8 @@ class OxygenNode(Node):
         port.outputs = ControllerOutputs(self, s.for_robot(name),
                                          lambda typ, topic, qos: self._make_publisher(typ, port.topic(topic), qos),
                                          RELIABLE, self._timer_group)  # fmt: skip
+        port.safety = SafetyPort(self, port.outputs, store, port.log, s.for_robot(name), rt.n_action_steps, port.topic,
+                                 lambda: self.active, self._safety_group, prefix, lambda: self._jump_watch.epoch)  # fmt: skip
         port.text_pubs = {
             task.name: TextPublishers(
                 self._make_publisher(TextDelta, port.topic(text_topic(task.name)), TEXT_QOS),
@@ -334,30 +339,6 @@ class OxygenNode(Node):
         }
         port.ask.attach(rt, max_tokens=s.ask_max_tokens, max_goals=s.ask_max_goals, robot=key)
         return port
-
-    def _create_subscriptions(self) -> None:
-        for port in self._ports:
-            port.subscriptions = self._subscribe(port)
-
-    def _subscribe(self, port: RobotPorts) -> list[Any]:
-        s = self.settings
-        subs = []
-        for slot, topic in enumerate(s.camera_topics):
-            if not topic:
-                continue
-            msg_type, callback = (CompressedImage, self._on_compressed) if s.camera_compressed[slot] else (Image, self._on_image)
-            subs.append(self.create_subscription(msg_type, port.topic(topic), partial(callback, port, slot),
-                                                 qos_profile_sensor_data, callback_group=self._input_group))
-        if s.joint_names:
-            subs.append(self.create_subscription(JointState, port.topic(s.joint_state_topic), partial(self._on_joint_state, port),
-                                                 qos_profile_sensor_data, callback_group=self._input_group))
-        port.instruction = InstructionSubscription(self, port.topic(s.instruction_topic), partial(self._on_instruction, port),
-                                                   partial(self._on_incompatible_instruction, port), self._input_group)  # fmt: skip
-        if s.episode_topic:
-            port.episodes = EpisodeStarts(self, port.topic(s.episode_topic), partial(port.log.warn, "bad_episode_report"),
-                                          self._input_group)  # fmt: skip
-            subs.append(port.episodes.subscription)
-        return subs
 
     def _create_timers(self) -> None:
         s = self.settings
@@ -392,82 +373,8 @@ class OxygenNode(Node):
             if self.runtime.config.engine_mode == "oxygen":
                 self._on_decode()
 
-    def _log_start(self) -> None:
-        s, rt = self.settings, self.runtime
-        names = rt.image_slot_names  # every slot of the model, with the checkpoint's name and its topic
-        topics = [*s.camera_topics, *[""] * (len(names) - len(s.camera_topics))]
-        cameras = ", ".join(f"{i}:{names[i] if i < len(names) else i} <- {t or '(masked)'}"
-                            f"{' [compressed]' if t and s.camera_compressed[i] else ''}" for i, t in enumerate(topics))
-        tasks = ", ".join(f"{t.name}/every {t.every_n_frames}" for t in rt.config.tasks) or "none"
-        model = rt.config.checkpoint or f"preset {rt.config.model_preset}"
-        self.get_logger().info(
-            f"ready: model {model} ({rt.config.engine_mode}, {rt.config.device}, {rt.config.dtype}); cameras {cameras}; "
-            f"{len(s.joint_names)} joints; {s.control_rate_hz:g} Hz; text tasks {tasks}"
-        )
-        self.get_logger().info(rt.describe())
-        if s.robots:
-            ns = self.get_namespace().rstrip("/")
-            self.get_logger().info(f"serving {len(s.robots)} robots from one model: " + ", ".join(
-                f"{r} (topics under {ns}/{r}, {s.for_robot(r).control_rate_hz:g} Hz)" for r in s.robots))
-        for o in s.outputs:
-            self.get_logger().info(
-                f"output {o.name}: {o.type} on {o.topic} <- action dims {list(o.dims)}"
-                f"{' (' + o.interface + ')' if o.type != 'twist' else ' in ' + o.frame + f' x {o.scale:g}'}"
-                f"{f' joints {list(o.joints)}' if o.joints else ''}"
-                f"{f' binarized at {o.binarize.threshold:g} to {o.binarize.below:g}/{o.binarize.above:g}' if o.binarize else ''}"
-            )
-        if s.publish_trajectory and not s.outputs:
-            self.get_logger().warning("publish_trajectory is true but there are no outputs (joint_names and output_types "
-                                      "are empty): only the ActionChunk is published")
-
-    # --------------------------------------------------------------------------- input callbacks
     def _now_ns(self) -> int:
         return self.get_clock().now().nanoseconds
-
-    def _on_image(self, port: RobotPorts, slot: int, msg: Image) -> None:
-        self._store_image(port, slot, msg, image_to_array)
-
-    def _on_compressed(self, port: RobotPorts, slot: int, msg: CompressedImage) -> None:
-        self._store_image(port, slot, msg, compressed_image_to_array)
-
-    def _store_image(self, port: RobotPorts, slot: int, msg: Any, convert: Callable[[Any], Any]) -> None:
-        recv = self._now_ns()
-        stamp = stamp_to_ns(msg.header.stamp)
-        try:
-            image = convert(msg)
-        except Exception as exc:  # anything a malformed message can raise: refuse it, never crash
-            port.log.warn("bad_image", port.store.reject_image(slot, str(exc), stamp, recv))
-            return
-        if not image.flags.writeable:  # a view of the message's bytes: own it (torch wants writable arrays)
-            image = image.copy()
-        reason = port.store.put_image(slot, image, stamp, recv, msg.header.frame_id)
-        if reason:
-            port.log.warn("bad_image", reason)
-
-    def _on_joint_state(self, port: RobotPorts, msg: JointState) -> None:
-        recv = self._now_ns()
-        stamp = stamp_to_ns(msg.header.stamp)
-        try:
-            positions = joint_positions(msg, self.settings.joint_names)
-        except Exception as exc:
-            port.log.warn("bad_joint_state", port.store.reject_joint_state(str(exc), stamp, recv))
-            return
-        port.store.put_joint_state(positions, stamp, recv)
-
-    def _on_instruction(self, port: RobotPorts, msg: String, info: Any) -> None:
-        reason = port.store.put_instruction(msg.data, self._now_ns(), sent_ns=int(info.get("source_timestamp", 0)))
-        current = port.store.instruction()
-        if reason:
-            port.log.warn("bad_instruction", f"instruction refused: {reason}")
-        elif current is not None and current != port.last_instruction:
-            port.last_instruction = current
-            port.log.info(f"instruction: {current[:200]!r}")
-
-    def _on_incompatible_instruction(self, port: RobotPorts, event: QoSRequestedIncompatibleQoSInfo) -> None:
-        topic = self.resolve_topic_name(port.topic(self.settings.instruction_topic))
-        port.log.warn("instruction_qos", f"a publisher on {topic} offers incompatible QoS "
-                                      f"({qos_policy_name_from_kind(event.last_policy_kind)}): its instructions are not "
-                                      "received; publish them reliable (volatile or transient local)")
 
     # ------------------------------------------------------------------------------ model work
     def _on_tick(self) -> None:
@@ -513,6 +420,7 @@ class OxygenNode(Node):
         except Exception as exc:  # a robot never sees a traceback: log, count, no chunk, keep running
             for port in served:
                 self._engine_error(port, "control tick", exc)
+                self._hold(port, "model_error", f"the control tick failed: {type(exc).__name__}: {exc}")
             return
         finally:
             self._record_engine(served)
@@ -527,6 +435,7 @@ class OxygenNode(Node):
             try:
                 self._publish_step(port, observations[port.key], result, start)
             except Exception as exc:  # e.g. NaN actions: no chunk rather than a wrong one
+                self._hold(port, "bad_output", f"no command from this chunk: {exc}")  # first: within the period
                 rt.forget_chunk(port.key)  # the robot does not execute it: the next chunk must not continue it
                 self._engine_error(port, "action chunk", exc)
             self._publish_events(result.events)  # text of modes that finish it inside the frame
@@ -596,15 +505,6 @@ class OxygenNode(Node):
         if obs.stamp_ns > 0:
             port.topic_stats.record_chunk_latency((now_ns - obs.stamp_ns) / 1e9)
 
-    def _log_first_chunk(self, robot: str) -> None:
-        """How long a robot waited for its first chunk: since activation, and since the process started (model
-        loading and compiling, or loading the compiled code from the cache, included)."""
-        self._awaiting_first_chunk.discard(robot)
-        age = process_age_s()
-        since_start = f", {age:.1f} s after the process started" if age is not None else ""
-        self.get_logger().info(f"first chunk{f' of {robot}' if robot else ''}: "
-                               f"{time.monotonic() - self._activated_at:.1f} s after activate{since_start}")
-
     def _on_decode(self) -> None:
         fixed = self.runtime.config.tokens_per_frame > 0  # k tokens per frame: one decode call per tick
         left_ns = self._control_timer.time_until_next_call()
@@ -629,39 +529,6 @@ class OxygenNode(Node):
         for port in ports:
             port.diag.engine(stats, now_ns, peaks)
 
-    def _publish_events(self, events: Sequence[Any]) -> None:
-        """Publish TextDelta per event and, on a request's final event, its whole text as String, each on the
-        topics of the robot whose frame the request was forked from."""
-        if not events:
-            return
-        ports = {p.key: p for p in self._ports}
-        now = self._now_ns()
-        for key in dict.fromkeys(getattr(ev, "robot", "") for ev in events):
-            port = ports.get(key)
-            if port is None:
-                continue
-            mine = [ev for ev in events if getattr(ev, "robot", "") == key]
-            port.ask.on_events(mine)
-            tokens = 0
-            for ev in mine:
-                tokens += len(ev.token_ids)
-                parts = self._text_parts.setdefault(ev.request_id, [])
-                parts.append(ev.text)
-                full = "".join(self._text_parts.pop(ev.request_id)) if ev.final else None
-                pubs = port.text_pubs.get(ev.task)
-                if pubs is None or not self.settings.publish_text:
-                    continue
-                pubs.delta.publish(
-                    text_delta_msg(
-                        request_id=ev.request_id, task=ev.task, seq=ev.seq, text=ev.text, token_ids=ev.token_ids,
-                        final=ev.final, finish_reason=ev.finish_reason, stamp=now,
-                        source_stamp=ev.frame_stamp_ns, source_frame_seq=ev.frame_seq,
-                    )
-                )
-                if full is not None:
-                    pubs.final.publish(String(data=full))
-            port.diag.tokens(now, tokens)
-
     def _skip(self, port: RobotPorts, kind: str, message: str) -> None:
         if kind == AFTER_CLOCK_JUMP and self._jumped_at_ns is not None:
             waited_s = (self._now_ns() - self._jumped_at_ns) / 1e9
@@ -669,6 +536,7 @@ class OxygenNode(Node):
                 port.diag.tick_waiting(message)
                 return
         port.diag.tick_skipped(f"{kind}: {message}")
+        self._hold(port, "input", f"{kind}: {message}")
         if kind in STARTUP_KINDS and port.last_chunk_s is None and time.monotonic() < self._grace_until:
             port.log.waiting(message)
         elif kind in LOST_KINDS and port.last_chunk_s is not None:
@@ -676,112 +544,19 @@ class OxygenNode(Node):
         else:
             port.log.warn(kind, f"no action chunk this tick: {message}")
 
-    # ------------------------------------------------------------------------------ clock jumps
-    def _on_clock_jump(self, jump: ClockJump) -> None:
-        """The node clock jumped (called from the thread that moved it). What other threads read is dropped at
-        once (inputs, diagnostics windows, the streamed chunk); the model thread restarts its own timing at its
-        next tick (`_restart_after_jumps`), and a tick running now publishes nothing."""
-        with self._jump_lock:
-            self._timeline += 1
-            self._pending_jumps.append(jump)
-        ports = list(self._ports)
-        dropped = 0
-        for port in ports:
-            dropped += port.store.restart(jump.now_ns - jump.delta_ns, jump.now_ns)
-            port.diag.clock_jumped(jump)
-            if port.outputs is not None and port.outputs.streamed:
-                port.outputs.stop()
-        if self.active or self._ready:
-            self.get_logger().info(f"{jump.describe()}: {self._what_restarts(ports, dropped)}")
-
-    def _what_restarts(self, ports: Sequence[RobotPorts], dropped: int) -> str:
-        """The info line's list of what a jump restarts, as configured."""
-        rt = self.runtime
-        parts = [
-            "the last chunk" + (f" (replanning every {rt.n_action_steps} steps starts again)"
-                                if rt.config.replan == "n_action_steps" else ""),
-            "time alignment (latency measured anew)",
-            *(["real-time-chunking guide"] if rt.config.rtc else []),
-            f"inputs received before the jump ({dropped} dropped; stale-input ages start again)",
-            "rate and silence windows of /diagnostics",
-            *(["streamed outputs (zero command until the next chunk)"] if any(p.outputs and p.outputs.streamed for p in ports) else []),
-            *(["the robots' tick schedule"] if self._clocks is not None else []),
-        ]
-        who = f" of robots {', '.join(p.name for p in ports)}" if self.settings.robots else ""
-        return f"restarted the timing{who}: " + "; ".join(parts)
-
-    def _restart_after_jumps(self) -> int:
-        """In the model thread, before a tick: restart what it times after jumps reported since the last tick.
-        Returns the timeline the tick runs on."""
-        with self._jump_lock:
-            jumps, self._pending_jumps = self._pending_jumps, []
-            timeline = self._timeline
-        if jumps:
-            for port in self._ports:
-                port.last_chunk_s = None  # replan at once
-                port.last_latency_s = 0.0  # measured anew: one across the jump means nothing
-                self.runtime.forget_chunk(port.key)  # no real-time-chunking guide toward the other timeline
-            self._clocks = self._robot_clocks()  # every robot due at the next tick
-            self._jumped_at_ns = jumps[-1].now_ns
-        return timeline
-
-    def _unstick_control_timer(self) -> None:
-        """A control timer whose next call lies more than a period ahead was scheduled on the timeline the clock
-        jumped back from (rcl moves it to the new one, but a timer call racing with the jump can put it back):
-        restart it from now rather than wait until the clock gets there again."""
-        timer = self._control_timer
-        if timer is None or self._stopping.is_set():
+    # ---------------------------------------------------------------------------------- holds
+    def _hold(self, port: RobotPorts, kind: str, reason: str) -> None:
+        if port.safety is None:
             return
         try:
-            left_ns = timer.time_until_next_call()
-        except InvalidHandle:  # the timer was destroyed under the model thread (the node is going down)
-            return
-        if left_ns is not None and left_ns > 1.5 * timer.timer_period_ns:
-            timer.reset()
-            self.get_logger().info(f"control timer restarted: its next call was {left_ns / 1e9:.1f} s away, "
-                                   "on the timeline before the clock jumped")
-
-    def _jump_grace_s(self, port: RobotPorts) -> float:
-        """How long after a jump missing inputs are expected (the diagnostics' silence limit)."""
-        return max(1.0, 3 * self.settings.for_robot(port.name).control_period_s)
+            port.safety.hold(kind, reason)
+        except InvalidHandle:  # the publishers are being destroyed (the node is going down): nothing to hold
+            pass
 
     def _engine_error(self, port: RobotPorts, where: str, exc: BaseException) -> None:
         message = f"{where} failed: {type(exc).__name__}: {exc}"
         port.diag.engine_error(message)
         port.log.warn("engine_error", message)
-
-    def _on_diagnostics(self) -> None:
-        # A report taken while the clock jumps (its time of one timeline, the windows of the other) would say
-        # "no chunk for 60 s": such a report is taken again, or left to the next period.
-        for _attempt in range(2):
-            epoch = self._jump_watch.epoch
-            if epoch % 2:
-                return
-            now = self.get_clock().now()
-            statuses = []
-            if self._ready:
-                device = self.runtime.config.device
-                for port in self._ports:
-                    statuses += port.diag.report(now.nanoseconds, port.store.counters(), hardware_id=device)
-                    statuses.append(port.topic_stats.status(device))
-            statuses.append(self._state_status())
-            if self._jump_watch.epoch == epoch:
-                self._diag_pub.publish(diagnostic_array(now.to_msg(), statuses))
-                return
-
-    def _state_status(self) -> DiagnosticStatus:
-        """The node's state: active, inactive, or unconfigured (with why the latest configure failed)."""
-        device = self.runtime.config.device if self._ready else ""
-        status = DiagnosticStatus(name="oxygen_ros: node", level=DiagnosticStatus.OK, hardware_id=device)
-        if self.active:
-            status.message = "active"
-        elif self._ready:
-            status.level, status.message = DiagnosticStatus.WARN, "inactive: configured, not ticking"
-        elif self.state_problem:
-            status.level, status.message = DiagnosticStatus.ERROR, f"unconfigured: {self.state_problem}"
-        else:
-            status.level, status.message = DiagnosticStatus.WARN, "unconfigured"
-        return status
 
     # ------------------------------------------------------------------------------ parameters
     def _on_set_parameters(self, changes: list[Parameter]) -> SetParametersResult:
@@ -800,6 +575,8 @@ class OxygenNode(Node):
             port.store.max_instruction_chars = new.max_instruction_chars
             if port.outputs is not None:
                 port.outputs.settings = new.for_robot(port.name)  # limits may have changed; the outputs are fixed
+                port.outputs.guard.set_limits(new.limits, new.resume_blend_s)
+                port.safety.settings = new.for_robot(port.name)
             port.diag.set_target_rate(self._chunk_rate_hz(port.name))  # the rates or the step period may have changed
         if (new.control_rate_hz, new.robot_control_rates_hz) != (old.control_rate_hz, old.robot_control_rates_hz):
             if self.active:

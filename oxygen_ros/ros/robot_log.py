@@ -44,6 +44,10 @@ class RobotLog:
     def info(self, message: str) -> None:
         self._logger.info(self.label + message)
 
+    def warning(self, message: str) -> None:
+        """A warning said once for its event (not throttled: the caller says it once)."""
+        self._logger.warning(self.label + message)
+
     def waiting(self, message: str) -> None:
         if not self._waiting_said:
             self._waiting_said = True

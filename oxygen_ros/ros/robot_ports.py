@@ -20,6 +20,7 @@ from .ask_server import AskServer
 from .controller_outputs import ControllerOutputs
 from .diagnostics import Diagnostics
 from .robot_log import RobotLog
+from .safety_port import SafetyPort
 from .topic_stats import TopicStatistics
 
 __all__ = ["RobotPorts", "TextPublishers", "diagnostics_prefix"]
@@ -48,6 +49,7 @@ class RobotPorts:
     log: RobotLog
     chunk_pub: Publisher | None = None
     outputs: ControllerOutputs | None = None
+    safety: SafetyPort | None = None  # the stop input, hold watchdog and safety diagnostics of the outputs
     text_pubs: dict[str, TextPublishers] = field(default_factory=dict)
     subscriptions: list[Any] = field(default_factory=list)
     instruction: Any = None  # the InstructionSubscription while active

@@ -111,7 +111,8 @@ def _eval(args: argparse.Namespace) -> int:
     except (ParamsFileError, ValueError, TypeError) as exc:
         print(f"oxygen-sim: {exc}", file=sys.stderr)
         return 2
-    settings = dataclasses.replace(with_run_settings(settings, args), time_limit_s=args.time_limit or DEFAULT_TIME_LIMIT_S)
+    settings = dataclasses.replace(with_run_settings(settings, args), time_limit_s=args.time_limit or DEFAULT_TIME_LIMIT_S,
+                                   guarded=args.limits)  # fmt: skip
     try:
         specs = varied_specs(args)
     except (OSError, ValueError) as exc:
@@ -221,6 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="how chunks are timed (default: the file's time_alignment, else stamp)")
     ev.add_argument("--rtc", action=argparse.BooleanOptionalAction, help="real-time chunking (default: the file's rtc)")
     ev.add_argument("--blank-cameras", action="store_true", help="black camera images (does the policy use vision?)")
+    ev.add_argument("--no-limits", action="store_true",
+                    help="--env aloha_*: without the params file's limits and resume blend (docs/safety.md)")
+    ev.add_argument("--limits", action="store_true",
+                    help="table-top: the arm's trajectories through the node's guard, with its joint speeds and ranges")
     ev.add_argument("--time-limit", type=float, help=f"seconds per episode (default {DEFAULT_TIME_LIMIT_S:g}; --env aloha_*: 400 steps, 8 s)")
     ev.add_argument("--instruction", help="use this instruction in every episode (any text)")
     ev.add_argument("--family", nargs="+", choices=[*EVAL_FAMILIES, "all"], metavar="FAMILY",

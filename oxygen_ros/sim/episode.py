@@ -8,10 +8,13 @@ checked. No ROS here.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from oxygen_ros.runtime.outputs import OutputSpec
+from oxygen_ros.runtime.safety import DEFAULT_BLEND_S, OutputLimits, SafetyGuard, hold_trajectory
 from oxygen_ros.runtime.trajectory import TimedTrajectory
 
 from .expert import SUBSTEP_S, instruction_for, location_text, memory_text, subtask_text
@@ -21,6 +24,10 @@ from .follower import TrajectoryFollower, TrajectoryRejected
 from .render import render_views
 from .variation import DISTRACTORS, Lighting, absent_name, add_distractor
 from .scene import ARM_JOINTS, JOINT_LOWER, JOINT_NAMES, JOINT_UPPER, MAX_VELOCITY, Scene
+
+# The table-top arm's one output, as a node's joint_trajectory output of its joints would be.
+ARM_OUTPUT = OutputSpec("arm", "joint_trajectory", "joint_trajectory_controller/joint_trajectory",
+                        tuple(range(len(JOINT_NAMES))), JOINT_NAMES)
 
 DEFAULT_TIME_LIMIT_S = 12.0
 TRAIN_SEED_BASE = 1_000_000  # training episodes use seeds >= this ...
@@ -119,6 +126,8 @@ class SimEpisode:
     rejected: list[str] = field(default_factory=list)
     switches: list[SwitchRecord] = field(default_factory=list)
     joint_log: list[np.ndarray] = field(default_factory=list)  # measured joints after every physics step
+    guard: SafetyGuard | None = None  # the node's guard between the trajectories and the follower (`use_guard`)
+    holds: list[str] = field(default_factory=list)
     _pending: list[tuple[float, int, TimedTrajectory]] = field(default_factory=list)
     _steps: int = 0  # physics steps so far (time_s = _steps * SUBSTEP_S, no drift)
 
@@ -188,9 +197,35 @@ class SimEpisode:
         self._pending.sort(key=lambda p: (p[0], p[1]))
         self._receive_due(self.time_s)
 
+    def use_guard(self, blend_s: float = DEFAULT_BLEND_S) -> None:
+        """Trajectories through the node's guard (oxygen_ros/runtime/safety) with the arm's own limits: the
+        follower's joint speeds and ranges."""
+        limits = OutputLimits(ARM_OUTPUT.name, JOINT_NAMES, tuple(MAX_VELOCITY), (math.inf,) * len(JOINT_NAMES),
+                              tuple(JOINT_LOWER), tuple(JOINT_UPPER))  # fmt: skip
+        self.guard = SafetyGuard([ARM_OUTPUT], {ARM_OUTPUT.name: limits}, self.control_period_s, blend_s)
+
+    def _guarded(self, trajectory: TimedTrajectory, at: float) -> TimedTrajectory | None:
+        """The trajectory as the guard lets it through at ``at`` (None: nothing to command; a hold is sent)."""
+        guard = self.guard
+        if guard is None:
+            return trajectory
+        now_ns = round(at * 1e9)
+        guard.measured.put(JOINT_NAMES, self.scene.q, now_ns)
+        problem = guard.chunk_problem(ARM_OUTPUT, trajectory.positions)
+        if problem:
+            self.holds.append(problem)
+            guard.hold("bad_output", problem, now_ns)
+            return hold_trajectory(ARM_OUTPUT, guard.hold_command(ARM_OUTPUT, now_ns), self.control_period_s)
+        guarded = guard.trajectory(ARM_OUTPUT, trajectory, now_ns)
+        guard.state.resumed()
+        return guarded
+
     def _receive_due(self, up_to_s: float) -> None:
         while self._pending and self._pending[0][0] <= up_to_s + 1e-9:
             at, _, trajectory = self._pending.pop(0)
+            trajectory = self._guarded(trajectory, at)
+            if trajectory is None:
+                continue
             probe = at + self.control_period_s
             before = self.follower.setpoint(probe) if self.follower.end_time_s is not None else None
             try:

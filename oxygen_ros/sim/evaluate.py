@@ -49,6 +49,7 @@ class EvalSettings:
     question_split: str = "held_out"  # phrasings of the questions: "train" or "held_out"
     joint_names: tuple[str, ...] = JOINT_NAMES
     limits: JointLimits = JointLimits(tuple(JOINT_LOWER), tuple(JOINT_UPPER))
+    guarded: bool = False  # the table-top arm's trajectories through the node's guard (its speeds and ranges)
 
     @property
     def action_period_s(self) -> float:
@@ -152,6 +153,8 @@ class EpisodeLoop:
         self.runtime, self.spec, self.settings, self.robot = runtime, spec, settings, robot
         runtime.start_episode(spec.seed, robot)  # the noise is the episode's: its outcome is its own
         self.episode = spec.make_episode(settings.control_period_s, settings.time_limit_s)
+        if settings.guarded and hasattr(self.episode, "use_guard"):  # the table-top arm (the ALOHA's file has its own)
+            self.episode.use_guard()
         self.labels: dict[int, dict[str, str | None]] = {}
         self.text = _TextCollector(self.labels)
         self.result = EpisodeResult(spec, False, None, 0.0, 0, 0, place=self.episode.location,
@@ -215,6 +218,12 @@ class EpisodeLoop:
             self.episode.deliver(trajectory, at_s=t + settings.latency_s)
         except ChunkTooLate as exc:  # as the node: nothing sent, the next chunk does not continue this one
             self.result.rejected.append(str(exc))
+            runtime.forget_chunk(self.robot)
+        except ValueError as exc:  # no command at all (NaN actions): a robot with a guard holds, as the node's
+            hold = getattr(self.episode, "hold", None)
+            if hold is None:
+                raise
+            hold("bad_output", str(exc))
             runtime.forget_chunk(self.robot)
         self.result.chunks += 1
         self.result.actions.append(step.actions.copy())

@@ -118,6 +118,10 @@ def _offline(args: argparse.Namespace, params_file: Path) -> int:
         return 2
     with small_checkpoint() if args.expert_as_model else nullcontext({}) as overrides:
         try:
+            if args.no_limits:
+                from oxygen_ros.runtime.safety import UNGUARDED
+
+                overrides = {**overrides, **UNGUARDED}
             params = load_params(params_file, overrides)
             config = with_overrides(eval_config(params.config, args.tokens_per_frame, args.engine_mode), args)
             settings = with_run_settings(params.settings, args)

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 
 from oxygen_ros.runtime.outputs import OutputSpec
+from oxygen_ros.runtime.safety import OutputLimits, SafetyGuard, hold_trajectory
 from oxygen_ros.runtime.trajectory import TimedTrajectory
 
 from ..follower import TrajectoryFollower, TrajectoryRejected
@@ -45,6 +47,8 @@ class AlohaWiring:
 
     state_joints: tuple[str, ...]
     outputs: tuple[OutputSpec, ...]
+    limits: Mapping[str, OutputLimits] = field(default_factory=lambda: MappingProxyType({}))  # the guard's, per output
+    resume_blend_s: float = 0.0  # the guard's blend from the measured state after a hold or at the start
     camera_size: tuple[int, int] | None = None
 
     @property
@@ -103,6 +107,9 @@ class AlohaEpisode:
         self.rejected: list[str] = []
         self.switches: list = []  # (the table-top's trajectory-switch records; none kept here)
         self.arm_log = [self.physics.arm_positions()]
+        # The node's guard between the outputs and the controllers (oxygen_ros/runtime/safety), on the same clock.
+        self.guard = SafetyGuard(spec.wiring.outputs, spec.wiring.limits, DT, spec.wiring.resume_blend_s)
+        self.holds: list[str] = []  # why each hold came
         self.on_step: Callable[[AlohaEpisode], None] | None = None  # after every physics step (recordings)
 
     # ------------------------------------------------------------------------------------------ time
@@ -181,16 +188,42 @@ class AlohaEpisode:
         actions = trajectory.positions[:, columns]
         origin_ns = round(self._origin_step * DT * NS)
         start_ns = trajectory.start_time_ns + origin_ns if trajectory.start_time_ns else 0
-        now = self.driver.step_count * DT
+        now_ns = self._measure()
+        problems = [p for spec in self.spec.wiring.outputs if (p := self.guard.chunk_problem(spec, spec.values(actions)))]
+        if problems:
+            self.hold("bad_output", problems[0])
+            return
         for spec in self.spec.wiring.outputs:
-            timed = TimedTrajectory(spec.joints, trajectory.times_s, spec.values(actions), start_ns)
-            try:
-                if spec.name in self._arms:
-                    self.driver.command_arm(self._arms[spec.name], timed)
-                else:
-                    self._gripper_followers[self._grippers[spec.name]].command(timed, now)
-            except TrajectoryRejected as exc:
-                self.rejected.append(f"{spec.name}: {exc}")
+            timed = self.guard.trajectory(spec, TimedTrajectory(spec.joints, trajectory.times_s, spec.values(actions), start_ns), now_ns)
+            if timed is not None:
+                self._command(spec, timed)
+        self.guard.state.resumed()
+
+    def _measure(self) -> int:
+        """The joint states now, for the guard; returns the driver's time (ns)."""
+        now_ns = round(self.driver.step_count * DT * NS)
+        self.guard.measured.put(self.driver.names, self.driver.joint_positions(), now_ns)
+        return now_ns
+
+    def _command(self, spec: OutputSpec, timed: TimedTrajectory) -> None:
+        try:
+            if spec.name in self._arms:
+                self.driver.command_arm(self._arms[spec.name], timed)
+            else:
+                self._gripper_followers[self._grippers[spec.name]].command(timed, self.driver.step_count * DT)
+        except TrajectoryRejected as exc:
+            self.rejected.append(f"{spec.name}: {exc}")
+
+    def hold(self, kind: str, reason: str) -> None:
+        """Every output to its hold command now (as the node's guard does): the arms and grippers stay where their
+        controllers were told they are; the next chunk blends from the measured state."""
+        now_ns = self._measure()
+        self.holds.append(f"{kind}: {reason}")
+        self.guard.hold(kind, reason, now_ns)
+        for spec in self.spec.wiring.outputs:
+            held = hold_trajectory(spec, self.guard.hold_command(spec, now_ns), DT)
+            if held is not None:
+                self._command(spec, held)
 
     def advance(self, until_s: float) -> None:
         """Run 20 ms steps up to ``until_s`` (episode time), or to the episode's end."""

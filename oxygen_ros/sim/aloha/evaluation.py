@@ -47,7 +47,7 @@ def load_params(params_file: Path, overrides: Mapping[str, Any] | None = None) -
     values = with_resolved_paths(values, Path(params_file).resolve().parent.parent)  # also next to the file's config/
     values.update(overrides or {})
     node, config = settings_from_values(values)
-    wiring = AlohaWiring(node.joint_names, node.outputs, camera_size(node.camera_sizes))
+    wiring = AlohaWiring(node.joint_names, node.outputs, node.limits, node.resume_blend_s, camera_size(node.camera_sizes))
     settings = EvalSettings(control_period_s=node.control_period_s, step_period_s=node.action_step_period_s,
                             time_limit_s=EPISODE_STEPS * DT, joint_names=wiring.action_joints, limits=JointLimits())  # fmt: skip
     return AlohaParams(config, settings, wiring, node.camera_sizes)
