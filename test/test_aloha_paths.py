@@ -24,6 +24,8 @@ from oxygen_ros.sim.evaluate import evaluate  # noqa: E402
 
 PARAMS = Path(__file__).resolve().parents[1] / "config" / "aloha_demo.yaml"
 STEPS = 100  # 2 s: four chunks of 25 steps an episode
+# The file without its output limits (docs/safety.md's guard holds a random or wild model's commands).
+UNGUARDED = {**{f"limit_{name}": [] for name in ("joints", "max_velocity", "max_distance", "lower", "upper")}, "resume_blend_s": 0.0}
 
 
 class RecordingLoader:
@@ -50,7 +52,8 @@ def _both_loops(seeds: list[int], action_scale: float, through_topic: bool = Fal
     from the simulator's ``~/episode`` reports alone (aloha_demo.yaml's ``episode_topic``, as for two processes),
     not from the in-process loop's hook."""
     with small_checkpoint(action_scale=action_scale) as overrides:
-        overrides = {**overrides, "engine_mode": "action_only", "episode_topic": "/oxygen_sim_node/episode" if through_topic else ""}
+        overrides = {**overrides, **UNGUARDED, "engine_mode": "action_only",
+                     "episode_topic": "/oxygen_sim_node/episode" if through_topic else ""}
         params = load_params(PARAMS, overrides)
         runtime = PolicyRuntime.load(eval_config(params.config))
         settings = dataclasses.replace(params.settings, time_limit_s=STEPS * 0.02)
