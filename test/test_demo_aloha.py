@@ -34,7 +34,10 @@ def _params(name: str, **changes: object) -> dict:
 
 def test_aloha_demo_prints_judged_texts_and_answers_and_writes_the_gif(tmp_path) -> None:  # noqa: ANN001
     checkpoint, tokenizer = write_small_checkpoint(tmp_path / "model")
-    policy = write_params(tmp_path / "policy.yaml", _params("aloha_demo.yaml", checkpoint=str(checkpoint), tokenizer=str(tokenizer)))
+    # without the output limits: the guard refuses a random model's chunks (docs/safety.md tests it)
+    unguarded = {f"limit_{name}": [] for name in ("joints", "max_velocity", "max_distance", "lower", "upper")}
+    policy = write_params(tmp_path / "policy.yaml", _params("aloha_demo.yaml", checkpoint=str(checkpoint), tokenizer=str(tokenizer),
+                                                            **unguarded))  # fmt: skip
     # 350 steps (7 s): both questions are asked (at 1.0 s, and at 6.0 s as a random model never holds the cube)
     # and answered from frames of the episode
     sim = write_params(tmp_path / "sim.yaml", _params("aloha_demo_sim.yaml", episode_steps=350))

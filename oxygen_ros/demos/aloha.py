@@ -5,8 +5,7 @@ from the right arm to the left, served by ``oxygen_node`` over DDS, and explains
    ``models/aloha``) on sim time, and ``oxygen_sim_node``'s MuJoCo ALOHA (``config/aloha_demo_sim.yaml``: the
    three cameras at 96 × 96 as the policy was trained, in lockstep with it on ``/clock``), each in its own process;
 2. run a few held-out episodes (seeds 3-5 by default: what the policy does in about 9 of 10 scenes; the node
-   seeds each episode's noise from the simulator's episode starts, so they end as ``oxygen-sim eval`` ends the
-   same seeds); print the narration and the memory notes as they stream, ask the policy both questions of the
+   seeds each episode's noise from the simulator's episode starts, as ``oxygen-sim eval`` does); print the narration and the memory notes as they stream, ask the policy both questions of the
    scene over ``~/ask`` ("where is the cube?" at 1 s, "which arm holds the cube?" once an arm holds it), each text
    and answer marked ✓/✗ against the simulator's truth (``scene_texts``, on ``oxygen_sim_node/labels``) at the
    frame it was forked from, and each episode's outcome after its answers;
@@ -121,7 +120,7 @@ def run(episodes: int, seed: int, outdir: Path, policy_params: Path, sim_params:
     summary = write_json_summary(logs, listener, outdir / "demo_summary.json", elapsed, seed)
     say(f"  wrote {png} and {summary.name}")
     say_tools(f"`{RATE_COMMAND}` (the rate over 100 held-out scenes, no DDS) or `oxygen-sim eval --env "
-              "aloha_transfer_cube --through-node --episodes 20` (over DDS: the same outcomes seed by seed, as here)")
+              "aloha_transfer_cube --through-node --episodes 20` (over DDS)")
     return 0
 
 
