@@ -2,24 +2,37 @@
 its source so the tests can hold the package against it (the constants carry their file and name):
 
 * ALOHA: openpi ``examples/aloha_real/constants.py`` and ``real_env.py`` (``get_qpos``, ``step``,
-  ``set_gripper_pose``).
+  ``set_gripper_pose``), ``examples/aloha_real/main.py`` (``max_hz=50``, ``action_horizon=25``), the pi05_aloha
+  ``policy_metadata`` reset pose (``src/openpi/training/config.py``); Interbotix's puppets publish
+  ``/puppet_left/joint_states`` and ``/puppet_right/joint_states`` with unprefixed names.
 * DROID: openpi ``examples/droid/main.py`` (binarize the gripper, clip to [-1, 1]); DROID ``droid/robot_env.py``
   (``RobotEnv(action_space="joint_velocity", gripper_action_space="position")``), ``droid/franka/robot.py``
   (``update_joints``, ``update_gripper``, ``get_gripper_position``), ``droid/robot_ik/robot_ik_solver.py``
-  (``joint_velocity_to_delta``: ``relative_max_joint_delta`` 0.2, ``control_hz`` 15).
+  (``joint_velocity_to_delta``: ``relative_max_joint_delta`` 0.2, ``control_hz`` 15); openpi's DROID client executes
+  8 actions of each chunk (``open_loop_horizon``); the Panda's joint velocity limits (moveit_resources
+  ``panda_moveit_config/config/joint_limits.yaml``); the ROS 2 Robotiq driver (``ros2_robotiq_gripper``:
+  ``robotiq_85_left_knuckle_joint`` in rad, 0 open, ``gripper_closed_position`` 0.7929 closed).
 * LIBERO: robosuite ``controllers/base_controller.py`` (``scale_action``: clip to [input_min, input_max], scale
   to [output_min, output_max]), ``controllers/osc.py`` (``set_goal``, OSC_POSE's default output_max 0.05 m and
   0.5 rad) and ``utils/control_utils.py`` (``set_goal_position``: current + delta; ``set_goal_orientation``:
-  the delta rotation pre-multiplied, i.e. in the world frame).
+  the delta rotation pre-multiplied, i.e. in the world frame); control_freq 20 and openpi's ``replan_steps`` 5
+  (``examples/libero/main.py``); the OSC's measured motion per step (``test/fixtures/robosuite_osc_step.json``,
+  written by ``scripts/measure_osc_step.py``); robosuite's PandaGripper: -1 opens, +1 closes.
 * SO-100/101: LeRobot ``src/lerobot/motors/motors_bus.py`` (``MotorsBus._normalize``, ``_unnormalize``), STS3215
-  resolution 4096 (``motors/feetech/tables.py``).
+  resolution 4096 (``motors/feetech/tables.py``); recorded at 30 fps (``lerobot-record``'s default); the policy's
+  action queue takes a new chunk when its ``n_action_steps`` actions ran (``select_action``).
 """
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
+
+# Each robot's control rate (Hz) and how many actions of a chunk run before the next chunk (None: the checkpoint's).
+CONTROL = {"aloha": (50.0, 25), "droid": (15.0, 8), "libero": (20.0, 5), "so101": (30.0, None)}
 
 # ------------------------------------------------------------------------------------------ ALOHA
 PUPPET_GRIPPER_POSITION_OPEN = 0.05800
@@ -46,6 +59,10 @@ def aloha_step(action: np.ndarray) -> dict[str, np.ndarray]:
     """real_env.step: arm joint positions as given, grippers through set_gripper_pose."""
     return {"left_arm": action[:6], "left_gripper": puppet_gripper_joint_unnormalize(action[6:7]),
             "right_arm": action[7:13], "right_gripper": puppet_gripper_joint_unnormalize(action[13:14])}  # fmt: skip
+
+
+ALOHA_JOINT_STATE_TOPICS = ("/puppet_left/joint_states", "/puppet_right/joint_states")
+ALOHA_RESET_POSE = (0.0, -1.5, 1.5, 0.0, 0.0, 0.0)
 
 
 def aloha_step_rows(actions: np.ndarray) -> dict[str, np.ndarray]:
@@ -86,8 +103,31 @@ def droid_gripper_position(width: float) -> float:
     return 1 - width / DROID_MAX_GRIPPER_WIDTH
 
 
+PANDA_MAX_JOINT_VELOCITY = np.array([2.175] * 4 + [2.61] * 3)  # rad/s
+ROBOTIQ_KNUCKLE_CLOSED = 0.7929  # rad, ros2_robotiq_gripper's gripper_closed_position default
+
+
+def robotiq_knuckle(width: float) -> float:
+    """The driver's knuckle angle at an opening width: both are linear in the gripper's position register."""
+    return ROBOTIQ_KNUCKLE_CLOSED * (1 - width / DROID_MAX_GRIPPER_WIDTH)
+
+
 # ----------------------------------------------------------------------------------------- LIBERO
 OSC_OUTPUT_MAX = np.array([0.05, 0.05, 0.05, 0.5, 0.5, 0.5])  # OSC_POSE default output_max (output_min = -max)
+
+
+OSC_FIXTURE = Path(__file__).resolve().parent / "fixtures" / "robosuite_osc_step.json"
+PANDA_FINGER_OPEN, PANDA_FINGER_CLOSED = 0.04, 0.0  # panda_finger_joint1 (m)
+
+
+def osc_measured() -> dict:
+    """robosuite's OSC_POSE measured in MuJoCo: per kind (translation, rotation) the motion per control step."""
+    return json.loads(OSC_FIXTURE.read_text())
+
+
+def robosuite_finger(gripper_action: float) -> float:
+    """PandaGripper: a positive action closes the fingers, a negative one opens them."""
+    return PANDA_FINGER_CLOSED if gripper_action > 0 else PANDA_FINGER_OPEN
 
 
 def osc_scale_action(action: np.ndarray) -> np.ndarray:

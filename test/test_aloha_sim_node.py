@@ -55,6 +55,7 @@ def test_sim_node_waits_for_its_policy_and_speaks_the_drivers_units(ros_context)
     grippers = [node.create_publisher(Float64MultiArray, f"/{a}_gripper_controller/commands", RELIABLE) for a in ("left", "right")]
     clock = Collector(node, Clock, "/clock", RELIABLE)
     joints = Collector(node, JointState, "/joint_states", qos_profile_sensor_data)
+    puppets = [Collector(node, JointState, f"/puppet_{a}/joint_states", qos_profile_sensor_data) for a in ("left", "right")]
     cams = [Collector(node, Image, f"/cam_{c}/image_raw", qos_profile_sensor_data) for c in ("high", "left_wrist", "right_wrist")]
     cam = cams[1]
     episodes = Collector(node, String, "/oxygen_sim_node/episode", QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
@@ -64,7 +65,8 @@ def test_sim_node_waits_for_its_policy_and_speaks_the_drivers_units(ros_context)
         "-p", "episode_steps:=30", "-p", "query_every_steps:=10"]).start()  # fmt: skip
     try:
         assert wait_for_match(executor, [left_arm, right_arm, *grippers, clock.subscription, joints.subscription,
-                                         *(c.subscription for c in cams)], timeout=60), sim.output()  # fmt: skip
+                                         *(c.subscription for c in cams), *(p.subscription for p in puppets)],
+                              timeout=60), sim.output()  # fmt: skip
         assert spin_until(executor, lambda: len(clock) >= 1 and len(cam) >= 1, timeout=60), sim.output()
         t0 = stamp_to_ns(clock.messages[0].clock)
         assert t0 == 200_000_000 and stamp_to_ns(cam.messages[0].header.stamp) == t0  # the first query, on its grid
@@ -101,6 +103,14 @@ def test_sim_node_waits_for_its_policy_and_speaks_the_drivers_units(ros_context)
         assert q["right_left_finger"] == pytest.approx(float(units.gripper_joint_to_finger(0.3)), abs=0.002)
         assert q["right_gripper"] == pytest.approx(float(units.finger_to_gripper_joint(q["right_left_finger"])), abs=1e-9)
         assert q["left_right_finger"] == pytest.approx(-q["left_left_finger"])
+        # Each puppet's joint states also on its own topic with unprefixed names, as Interbotix publishes them.
+        at = stamp_to_ns(last.header.stamp)
+        same = lambda p: [m for m in p.messages if stamp_to_ns(m.header.stamp) == at]  # noqa: E731
+        assert spin_until(executor, lambda: all(same(p) for p in puppets), timeout=30), sim.output()
+        for side, puppet in zip(("left", "right"), puppets):
+            own = same(puppet)[-1]
+            assert list(own.name) == [*units.ARM_JOINTS, "gripper", "left_finger", "right_finger"]
+            assert list(own.position) == [q[f"{side}_{n}"] for n in own.name]
     finally:
         assert sim.stop() == 0, sim.output()
         executor.shutdown()
@@ -154,7 +164,9 @@ def test_oxygen_node_with_aloha_yaml_and_a_small_pi05_closes_the_loop(tmp_path) 
     with aloha.yaml's wiring: every observation answered in lockstep, no chunk late in sim time."""
     checkpoint, tokenizer = write_small_checkpoint(tmp_path)
     values = node_values(ALOHA_YAML, {"checkpoint": str(checkpoint), "tokenizer": str(tokenizer), "device": "cpu",
-                                      "dtype": "float32", "num_threads": 1, "diagnostics_period_s": 0.2})  # fmt: skip
+                                      "dtype": "float32", "num_threads": 1, "diagnostics_period_s": 0.2,
+                                      # a random model: its chunks clamped into range, never refused
+                                      "limit_out_of_range_margin": 100.0})  # fmt: skip
     result = run_loop(values, [0], image_size=(48, 64), fast_render=True, episode_steps=100, timeout_s=600)
     s, d = result.sim_stats, result.diagnostics
     assert result.query_every_steps == 25  # aloha.yaml: 25 actions of each chunk at 50 Hz, as openpi's aloha_real

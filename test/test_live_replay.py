@@ -39,7 +39,9 @@ def test_bag_played_live_into_the_node_gives_the_expected_outputs(demo_bag: Path
     trajectories = Collector(node, JointTrajectory, "/joint_trajectory_controller/joint_trajectory", 50)
     language = Collector(node, String, "/oxygen_node/text/language/final", 50)
     memory = Collector(node, String, "/oxygen_node/text/memory/final", 50)
-    proc = NodeProcess([REPO / "config" / "demo.yaml"], ros_args=["-p", "use_sim_time:=true"]).start()
+    # demo.yaml's tiny preset has random weights: its chunks clamped into the joints' ranges, never refused
+    proc = NodeProcess([REPO / "config" / "demo.yaml"], ros_args=["-p", "use_sim_time:=true",
+                                                                  "-p", "limit_out_of_range_margin:=100.0"]).start()
     try:
         up = spin_until(executor, lambda: node.count_publishers("/oxygen_node/action_chunk") > 0 or not proc.running, 90)
         assert up and proc.running, proc.output()[-3000:]
@@ -61,7 +63,8 @@ def test_bag_played_live_into_the_node_gives_the_expected_outputs(demo_bag: Path
 
     ticks = DURATION_S * RATE_HZ
     assert ticks * 0.5 <= len(chunks) <= ticks + 1, f"{len(chunks)} chunks for {ticks:.0f} ticks:\n{log[-4000:]}"
-    assert len(trajectories) == len(chunks)
+    # one trajectory per chunk, and the hold the node sends when it is deactivated at the end
+    assert len(chunks) <= len(trajectories) <= len(chunks) + 1, log[-3000:]
     stamps = [stamp_to_ns(c.header.stamp) for c in chunks.messages]
     assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)
     assert all(start_ns <= s <= end_ns for s in stamps), "chunk stamps are the bag's observation times"

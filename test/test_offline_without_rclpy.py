@@ -1,4 +1,4 @@
-"""The offline tools run without rclpy: `oxygen-replay make-demo`, `oxygen-replay offline` and `oxygen-sim eval`
+"""The offline tools run without rclpy: `oxygen-replay make-demo`, `offline`, `eval`, `oxygen-sim eval` and `record`
 each run in a fresh interpreter that reports at exit whether `rclpy` was ever imported."""
 
 from __future__ import annotations
@@ -62,3 +62,21 @@ def test_sim_eval_never_imports_rclpy(tmp_path: Path) -> None:
     # The shipped demo configuration (the trained demo policy), started outside the repository.
     report = run_tool("oxygen_ros.sim.cli", "eval", "--episodes", "1", "--time-limit", "1.0", "--quiet", cwd=tmp_path)
     assert '"episodes": 1' in report.splitlines()[-2]
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_replay_eval_never_imports_rclpy(tmp_path: Path) -> None:
+    params = tmp_path / "params.yaml"
+    params.write_text(PARAMS)
+    bag = tmp_path / "scene.mcap"
+    run_tool("oxygen_ros.replay.cli", "make-demo", str(bag), "--params-file", str(params), "--duration", "2.2",
+             "--image-size", "32x24", "-q", cwd=tmp_path)  # fmt: skip
+    report = run_tool("oxygen_ros.replay.cli", "eval", str(bag), "--params-file", str(params), "--against", "states",
+                      "--out", str(tmp_path / "eval"), "-q", cwd=tmp_path)  # fmt: skip
+    assert '"against": "states"' in report.splitlines()[-2] and (tmp_path / "eval" / "joints.png").is_file()
+
+
+def test_sim_record_never_imports_rclpy(tmp_path: Path) -> None:
+    report = run_tool("oxygen_ros.apps.oxygen_sim", "record", "--env", "tabletop", "--episodes", "1", "--seed", "7",
+                      "--bag", str(tmp_path / "expert.mcap"), "--image-size", "16", "--quiet", cwd=tmp_path)  # fmt: skip
+    assert '"episodes": [{"seed": 7' in report.splitlines()[-2]

@@ -77,7 +77,8 @@ def setup(robot: str, tmp_path: Path) -> tuple[dict[str, Any], dict[str, float]]
                                   openpi_norm_stats(stats_arrays(8, -2.0, 2.0, seed=5), stats_arrays(8, -2.0, 2.0, seed=6)),
                                   "droid")  # fmt: skip
         values = shipped("droid", folder, tok, guarded=True)
-        rest = {**{f"fr3_joint{i}": v for i, v in enumerate([0.1, -0.4, 0.2, -2.1, 0.05, 1.8, 0.7], 1)}, "gripper": 0.03}
+        rest = {**{f"fr3_joint{i}": v for i, v in enumerate([0.1, -0.4, 0.2, -2.1, 0.05, 1.8, 0.7], 1)},
+                "robotiq_85_left_knuckle_joint": 0.5}
     elif robot == "libero":
         folder = openpi_converted(tmp_path / "m", random_model(REF_TINY.replace(action_dim=7)),
                                   openpi_norm_stats(stats_arrays(8, -1.0, 1.0, seed=7), stats_arrays(7, -2.0, 2.0, seed=8)),
@@ -318,7 +319,9 @@ def test_a_wild_model_never_breaks_a_limit(ros_context, tmp_path: Path, robot_na
     driver.create_subscription(DiagnosticArray, "/diagnostics", lambda m: statuses.extend(
         (st.message, {kv.key: kv.value for kv in st.values}) for st in m.status if st.name.endswith("safety")), RELIABLE)  # fmt: skip
     cams = [driver.create_publisher(Image, t, qos_profile_sensor_data) for t in values["camera_topics"]]
-    joints = driver.create_publisher(JointState, values["joint_state_topic"], qos_profile_sensor_data) if rest else None
+    # One publisher per joint-state topic (ALOHA: one per puppet), each reporting its joints without its prefix.
+    joints = [(j.prefix, driver.create_publisher(JointState, j.topic, qos_profile_sensor_data))
+              for j in settings.joint_sources] if rest else []  # fmt: skip
     stop = driver.create_publisher(Bool, f"/{node_name}/stop", LATCHED)
     set_stop = driver.create_client(SetBool, f"/{node_name}/set_stop")
     assert wait_for_match(executor, [*cams, *subs])
@@ -328,11 +331,12 @@ def test_a_wild_model_never_breaks_a_limit(ros_context, tmp_path: Path, robot_na
         robot.advance(now)
         for cam in cams:
             cam.publish(array_to_image(np.zeros((8, 8, 3), np.uint8), "rgb8", stamp=now))
-        if joints is not None:
-            state = robot.published()
-            msg = JointState(name=list(state), position=list(state.values()))
+        state = robot.published() if joints else {}
+        for prefix, pub in joints:
+            own = {n[len(prefix):]: v for n, v in state.items() if n.startswith(prefix)}
+            msg = JointState(name=list(own), position=list(own.values()))
             msg.header.stamp = ns_to_stamp(now)
-            joints.publish(msg)
+            pub.publish(msg)
 
     every = (min(0.02, period / 2), publish)
     try:

@@ -4,6 +4,9 @@ node and the simulator node over DDS in one process (``oxygen_ros.sim_ros.aloha_
     oxygen-sim expert --env aloha_transfer_cube --episodes 50 --seed 0 --through-outputs config/robots/aloha.yaml
     oxygen-sim eval --env aloha_transfer_cube --params-file my_aloha.yaml --through-node --gif out/aloha/episode.gif
 
+and ``oxygen-sim record``, the scripted experts written as robots' bags by ``oxygen_ros.replay.expert_bags`` (above
+the simulator; no DDS).
+
 Both keep DDS on this machine (ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST unless set). They live here, above the
 ROS layer, so the simulator below never imports it.
 """
@@ -99,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     args = sim_cli.checked_args(argv)
     if isinstance(args, int):
         return args
+    if args.command == "record":
+        from oxygen_ros.replay.expert_bags.record import record
+
+        return record(args)
     if args.command in ("eval", "expert") and args.env != "tabletop":
         if args.command == "eval" and args.through_node:
             return through_node(args, params_file_of(args))

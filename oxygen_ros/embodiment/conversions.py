@@ -15,7 +15,8 @@ Text, one entry per dimension, entries separated by ``;``::
     6x identity                      six dimensions with the same conversion
 
 Named converters (``CONVERTERS``): ``aloha_gripper_joint``, ``aloha_gripper_position`` (``aloha.py``);
-``lerobot_degrees``, ``lerobot_range_m100_100``, ``lerobot_range_0_100`` (``units.py``).
+``lerobot_degrees``, ``lerobot_range_m100_100``, ``lerobot_range_0_100`` (``units.py``); ``robotiq_knuckle``
+(``robotiq.py``).
 
 API: :func:`parse_conversions` (text → :class:`Conversions`, or :class:`ConversionError` with one line that
 starts with the config key), :meth:`Conversions.to_robot` and :meth:`Conversions.to_model` on ``[..., n]``
@@ -31,7 +32,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import aloha, units
+from . import aloha, robotiq, units
 
 PLACEHOLDER = "FILL_IN"
 Fn = units.Fn
@@ -68,6 +69,8 @@ CONVERTERS: dict[str, Converter] = {
                                      "ALOHA normalized gripper (0 closed, 1 open) ↔ puppet gripper joint (rad)"),
     "aloha_gripper_position": Converter((), aloha.gripper_position_converter,
                                         "ALOHA normalized gripper ↔ puppet finger position (m)"),
+    "robotiq_knuckle": Converter(("closed_angle",), robotiq.knuckle_converter,
+                                 "gripper position (0 open, 1 closed) ↔ ros2_robotiq_gripper knuckle angle (rad)"),
     "lerobot_degrees": Converter(("range_min", "range_max", "zero_tick"), units.lerobot_degrees_converter,
                                  "LeRobot DEGREES value ↔ driver radians (tick - zero_tick) · 2π / 4096"),
     "lerobot_range_m100_100": Converter(("range_min", "range_max", "drive_mode", "zero_tick"),

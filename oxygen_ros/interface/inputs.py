@@ -87,6 +87,8 @@ class InputStore:
     `cameras[i]` is the topic of slot i ("" = no camera, always masked); `optional[i]` says whether a
     slot may be masked when its image is missing, stale or bad; `sizes[i]` is the expected (width,
     height), 0 meaning any. `use_state` = False ignores joint states (no state in the observation).
+    `state_parts` splits the state between several joint-state topics: per topic, its name and the state
+    indices it fills (each topic's latest message is judged on its own); empty = one source of the whole state.
     """
 
     def __init__(
@@ -96,6 +98,7 @@ class InputStore:
         sizes: Sequence[tuple[int, int]],
         use_state: bool,
         max_instruction_chars: int = 2000,
+        state_parts: Sequence[tuple[str, Sequence[int]]] = (),
     ) -> None:
         if not (len(cameras) == len(optional) == len(sizes)):
             raise ValueError("cameras, optional and sizes need one entry per slot")
@@ -106,10 +109,11 @@ class InputStore:
         self.max_instruction_chars = max_instruction_chars
         self._lock = threading.Lock()
         self._images: list[_Sample | None] = [None] * len(cameras)
-        self._state: _Sample | None = None
+        self.state_parts = [(str(t), tuple(int(i) for i in idx)) for t, idx in state_parts]
+        self._states: list[_Sample | None] = [None] * max(1, len(self.state_parts))
         self._instruction: _Sample | None = None
         self._jump: tuple[int, int] | None = None  # (clock before, clock after) the latest jump
-        self._unsettled: set[int | str] = set()  # inputs (slots, "state") with no message of the new timeline yet
+        self._unsettled: set[int | str] = set()  # inputs (slots, "state<i>") with no message of the new timeline yet
         # Known counters start at 0 so /diagnostics always shows the same keys.
         self._counters: Counter[str] = Counter({k: 0 for k in KNOWN_COUNTERS})
 
@@ -136,18 +140,22 @@ class InputStore:
             self._counters["rejected_image"] += 1
         return message
 
-    def put_joint_state(self, positions: np.ndarray, stamp_ns: int, recv_ns: int) -> None:
-        if self._from_other_timeline("state", stamp_ns):
+    def put_joint_state(self, positions: np.ndarray, stamp_ns: int, recv_ns: int, source: int = 0) -> None:
+        """Store the positions one joint-state topic gives (``source``: its index in ``state_parts``)."""
+        if self._from_other_timeline(f"state{source}", stamp_ns):
             return
         with self._lock:
-            self._state = _Sample(np.asarray(positions, dtype=np.float64), None, stamp_ns, recv_ns)
+            self._states[source] = _Sample(np.asarray(positions, dtype=np.float64), None, stamp_ns, recv_ns)
 
-    def reject_joint_state(self, reason: str, stamp_ns: int, recv_ns: int) -> str:
-        message = f"joint state: {reason}"
+    def reject_joint_state(self, reason: str, stamp_ns: int, recv_ns: int, source: int = 0) -> str:
+        message = f"joint state{self._source_name(source)}: {reason}"
         with self._lock:
-            self._state = _Sample(None, message, stamp_ns, recv_ns)
+            self._states[source] = _Sample(None, message, stamp_ns, recv_ns)
             self._counters["rejected_joint_state"] += 1
         return message
+
+    def _source_name(self, source: int) -> str:
+        return f" ({self.state_parts[source][0]})" if len(self.state_parts) > 1 else ""
 
     def put_instruction(self, text: str, recv_ns: int, sent_ns: int = 0) -> str | None:
         """Store an instruction; returns the refusal reason for an empty or over-long one.
@@ -174,11 +182,10 @@ class InputStore:
         placeholder = _Sample(None, None, 0, 0)
         with self._lock:
             self._jump = (before_ns, after_ns)
-            self._unsettled = {*range(len(self.cameras)), "state"}
-            dropped = sum(s is not None and not s.dropped_at_jump for s in (*self._images, self._state))
+            self._unsettled = {*range(len(self.cameras)), *(f"state{i}" for i in range(len(self._states)))}
+            dropped = sum(s is not None and not s.dropped_at_jump for s in (*self._images, *self._states))
             self._images = [placeholder if s is not None else None for s in self._images]
-            if self._state is not None:
-                self._state = placeholder
+            self._states = [placeholder if s is not None else None for s in self._states]
         return dropped
 
     def _from_other_timeline(self, key: int | str, stamp_ns: int) -> bool:
@@ -255,19 +262,30 @@ class InputStore:
     def _joint_state(self, now_ns: int, max_age_ns: int) -> np.ndarray | None:
         if not self.use_state:
             return None
-        sample = self._state
-        if sample is None:
-            raise ObservationError("missing_joint_state", "no joint state received yet")
-        if sample.dropped_at_jump:
-            raise ObservationError(AFTER_CLOCK_JUMP, "no joint state since the clock jumped")
-        if sample.error is not None:
-            raise ObservationError("rejected_joint_state", sample.error)
-        age = sample.age_ns(now_ns)
-        if age > max_age_ns:
-            raise ObservationError(
-                "stale_joint_state", f"latest joint state is {age / 1e9:.3f} s away from now (max {max_age_ns / 1e9:.3f} s)"
-            )
-        return sample.value  # type: ignore[return-value]
+        values = []
+        for source, sample in enumerate(self._states):
+            where = self._source_name(source)
+            if sample is None:
+                raise ObservationError("missing_joint_state", f"no joint state{where} received yet")
+            if sample.dropped_at_jump:
+                raise ObservationError(AFTER_CLOCK_JUMP, f"no joint state{where} since the clock jumped")
+            if sample.error is not None:
+                raise ObservationError("rejected_joint_state", sample.error)
+            age = sample.age_ns(now_ns)
+            if age > max_age_ns:
+                raise ObservationError("stale_joint_state", f"latest joint state{where} is {age / 1e9:.3f} s away from now "
+                                                            f"(max {max_age_ns / 1e9:.3f} s)")  # fmt: skip
+            values.append(sample.value)
+        return self._assembled(values)  # type: ignore[arg-type]
+
+    def _assembled(self, values: list[np.ndarray]) -> np.ndarray:
+        """The whole state from each source's positions."""
+        if len(values) == 1:
+            return values[0]
+        out = np.empty(sum(len(idx) for _, idx in self.state_parts))
+        for (_, idx), value in zip(self.state_parts, values):
+            out[list(idx)] = value
+        return out
 
     def _current_instruction(self, default_instruction: str) -> str:
         sample = self._instruction
@@ -279,13 +297,18 @@ class InputStore:
             raise ObservationError("rejected_instruction", sample.error)
         return str(sample.value)
 
+    @property
+    def state_names(self) -> list[str]:
+        """The joint-state inputs as ages_s and the topic statistics name them."""
+        return [f"joint_states {t}" for t, _ in self.state_parts] if len(self.state_parts) > 1 else ["joint_states"]
+
     def ages_s(self, now_ns: int) -> dict[str, float | None]:
         """Age in seconds (now minus the stamp, or the receive time for a zero stamp) of the latest message of
         each camera topic and of the joint states ("joint_states"); None when nothing arrived yet."""
         with self._lock:
             samples = {topic: self._images[slot] for slot, topic in enumerate(self.cameras) if topic}
             if self.use_state:
-                samples["joint_states"] = self._state
+                samples.update(zip(self.state_names, self._states))
         return {topic: None if s is None or s.dropped_at_jump else (now_ns - (s.stamp_ns or s.recv_ns)) / 1e9
                 for topic, s in samples.items()}
 

@@ -199,6 +199,14 @@ PARAMS: tuple[ParamSpec, ...] = (
               low=0, high=100_000),
     ParamSpec("joint_state_topic", "str", "joint_states", "sensor_msgs/JointState topic.",
               check=_check_topic("joint_state_topic")),
+    ParamSpec("joint_state_topics", "str[]", [],
+              "Several sensor_msgs/JointState topics read together (e.g. one per arm: /puppet_left/joint_states, "
+              "/puppet_right/joint_states); empty = joint_state_topic alone.",
+              check=_check_topic("joint_state_topics")),
+    ParamSpec("joint_state_prefixes", "str[]", [],
+              "Per joint_state_topics entry, a prefix put before every joint name that topic reports (e.g. left_, "
+              "right_ for two arms that publish the same names); a joint_names entry comes from the topic whose prefix "
+              "it starts with. Empty = the names as reported."),
     ParamSpec("joint_conversions", "str[]", [],
               "Per joint_names entry, the conversion of its joint state into the model's units (as output_conversions: "
               "the same relation, read from the robot's side; e.g. aloha_gripper_position). Empty = as reported."),
@@ -245,7 +253,8 @@ PARAMS: tuple[ParamSpec, ...] = (
               "Comma-separated joint names per output (joint_trajectory: one per dim); '' for a twist."),
     ParamSpec("output_interfaces", "str[]", [],
               "position or velocity per output (joint_trajectory points, float64_array: a velocity output sends "
-              "zeros when its chunk ends); empty = position."),
+              "zeros when its chunk ends), or position_step (float64_array: each command is the joints' measured "
+              "positions plus the values, a target one step ahead); empty = position."),
     ParamSpec("output_frames", "str[]", [], "twist outputs: header.frame_id (e.g. the end effector's link)."),
     ParamSpec("output_scales", "float[]", [], "twist outputs: every component times this; empty = 1."),
     ParamSpec("output_binarize", "str[]", [],
@@ -255,6 +264,10 @@ PARAMS: tuple[ParamSpec, ...] = (
               "linear(scale, offset), a named converter (aloha_gripper_joint, lerobot_degrees(min, max, zero_tick), ...), "
               "'Nx ' to repeat, ' clip(lo, hi)' to bound the model value (oxygen_ros/embodiment/conversions.py). "
               "Empty = values sent as they are."),
+    ParamSpec("reset_pose", "float[]", [],
+              "The pose the policy wants its arms in before an episode: one arm's joint positions in the robot's units "
+              "(openpi's ALOHA policies send [0, -1.5, 1.5, 0, 0, 0] in their metadata), offered on ~/reset_pose "
+              "(sensor_msgs/JointState, latched) for every arm output of as many joints. Empty = none."),
     ParamSpec("publish_text", "bool", True, "Publish the text streams (~/text/<task> and ~/text/<task>/final).",
               read_only=False),
     ParamSpec("joint_limits_lower", "float[]", [],

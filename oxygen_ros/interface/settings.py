@@ -10,11 +10,12 @@ from typing import Any, Mapping, Sequence
 
 from oxygen_ros.embodiment import PLACEHOLDER, parse_conversions
 from oxygen_ros.runtime import RuntimeConfig
-from oxygen_ros.runtime.outputs import OutputConfigError, OutputSpec, build_outputs, output_problems
+from oxygen_ros.runtime.outputs import OutputConfigError, OutputSpec, build_outputs, output_problems, step_problems
 from oxygen_ros.runtime.cameras import slot_names_of, slot_positions
 from oxygen_ros.runtime.paths import with_resolved_paths
 from oxygen_ros.runtime.safety import OutputLimits, limit_table_problems, limits_of_outputs
 
+from .joint_sources import JointSource, JointSourceError, joint_sources
 from .param_spec import ConfigError
 from .params import PARAMS, RUNTIME_FIELDS, SPECS, TASK_LISTS
 
@@ -59,6 +60,7 @@ class NodeSettings:
     explicit_outputs: bool = False  # given as output_* lists: every action dim must go to one of them
     robots: tuple[str, ...] = ()  # the robots served (each under its namespace); () = one robot, topics as given
     robot_control_rates_hz: tuple[float, ...] = ()  # one per robot; () = every robot at control_rate_hz
+    joint_sources: tuple[JointSource, ...] = ()  # the joint-state topics and the joints each fills; () = none
     limits: Mapping[str, OutputLimits] = dataclasses.field(default_factory=dict)  # per output name
     hold_timeout_s: float = 0.0  # 0 = n_action_steps steps + two control periods
     resume_blend_s: float = 0.5
@@ -151,6 +153,10 @@ def cross_checks(v: Mapping[str, Any]) -> list[str]:
         crossed = [j for j, lo, hi in zip(joints, lower, upper) if lo > hi]
         if crossed:
             problems.append(f"joint_limits_lower > joint_limits_upper for joints {crossed}")
+    try:
+        joint_sources_of(v)
+    except JointSourceError as exc:
+        problems.append(str(exc))
     if v["joint_conversions"] and len(v["joint_conversions"]) != len(joints):
         problems.append(f"joint_conversions must be empty or have one entry per joint_names entry ({len(joints)}), "
                         f"got {len(v['joint_conversions'])}")
@@ -158,6 +164,7 @@ def cross_checks(v: Mapping[str, Any]) -> list[str]:
         problems.append("prompt_format 'pi05_state' puts the joint state in the prompt: set joint_names")
     try:
         problems.extend(_conversion_mismatches(outputs_of(v)[0], joints, list(v["joint_conversions"])))
+        problems.extend(step_problems(outputs_of(v)[0], joints))
     except OutputConfigError as exc:
         problems.extend(str(exc).splitlines())
     except ValueError:
@@ -209,6 +216,7 @@ def _robots_problems(v: Mapping[str, Any]) -> list[str]:
         problems.append(f"robots: several robots need engine_mode oxygen or action_only, not {v['engine_mode']!r}")
     named = [("camera_topics", t) for t in v["camera_topics"] if t]
     named += [(n, v[n]) for n in ("joint_state_topic", "instruction_topic", "trajectory_topic")]
+    named += [("joint_state_topics", t) for t in v.get("joint_state_topics") or []]
     named += [("output_topics", t) for t in v.get("output_topics") or []]
     absolute = [f"{name} {topic!r}" for name, topic in named if topic.startswith("/")]
     if absolute:
@@ -223,6 +231,15 @@ def _camera_slots(v: Mapping[str, Any]) -> tuple[tuple[str, ...], list[int]] | N
         return None
     names = slot_names_of(runtime_config(v))
     return names, slot_positions(names, features)
+
+
+def joint_sources_of(v: Mapping[str, Any]) -> tuple[JointSource, ...]:
+    """The joint-state topics (joint_state_topics, else joint_state_topic) and the joints each fills; () without
+    joint_names."""
+    if not v.get("joint_names"):
+        return ()
+    topics = list(v.get("joint_state_topics") or []) or [v["joint_state_topic"]]
+    return joint_sources(topics, list(v.get("joint_state_prefixes") or []), list(v["joint_names"]))
 
 
 def runtime_config(values: Mapping[str, Any]) -> RuntimeConfig:
@@ -331,6 +348,7 @@ def node_settings(v: Mapping[str, Any]) -> NodeSettings:
         explicit_outputs=outputs_of(v)[1],
         robots=tuple(v["robots"]),
         robot_control_rates_hz=tuple(float(r) for r in v["robot_control_rates_hz"]),
+        joint_sources=joint_sources_of(v),
         limits=limits_of_outputs(outputs_of(v)[0], v, tuple(v["joint_names"]), tuple(v["joint_limits_lower"]),
                                  tuple(v["joint_limits_upper"])),  # fmt: skip
         hold_timeout_s=float(v["hold_timeout_s"]),

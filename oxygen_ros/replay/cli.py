@@ -1,6 +1,6 @@
 """``oxygen-replay``: make a demo bag, replay a bag offline through the policy, or play a bag live.
 
-Exit codes: 0 success (warnings go to stderr), 2 a problem with the inputs (missing or damaged bag, bad
+Exit codes: 0 success (warnings go to stderr), 1 an ``eval`` over its thresholds, 2 a problem with the inputs (missing or damaged bag, bad
 parameters file, model that fails to load, bad arguments) reported as one ``oxygen-replay: error:``
 line, 130 an offline replay interrupted with Ctrl-C (its partial output bag is removed). A live replay
 stopped with Ctrl-C or SIGTERM ends cleanly with 0.
@@ -24,6 +24,8 @@ EXAMPLES = """examples:
   oxygen-replay make-demo demo.mcap --params-file config/demo.yaml
   oxygen-replay offline demo.mcap -o demo_out.mcap --params-file config/demo.yaml --summary summary.json
   oxygen-replay play demo.mcap --rate 1.0 --wait-for-subscribers 10
+  oxygen-replay eval expert.mcap --params-file config/aloha_demo.yaml --max-mae 0.05 --compare other.yaml
+  oxygen-replay record -o robot.mcap --params-file config/aloha_demo.yaml   # the node's inputs and outputs
 """
 
 
@@ -176,6 +178,12 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("--topics", nargs="+", metavar="TOPIC", help="play only these topics (names after --remap)")
     play.add_argument("--start-offset", type=_non_negative, default=0.0, metavar="S", help="skip the first S seconds of the bag")
     _add_common(play)
+
+    from .eval_cli import add_eval_parser
+    from .record_cli import add_record_parser
+
+    add_eval_parser(sub, _add_params, _add_common)
+    add_record_parser(sub)
     return parser
 
 
@@ -323,7 +331,26 @@ def cmd_play(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"make-demo": cmd_make_demo, "offline": cmd_offline, "play": cmd_play}
+def cmd_eval(args: argparse.Namespace) -> int:
+    from .config import load_replay_config
+    from .eval_cli import cmd_eval as run
+
+    args.remap_map = _remaps(args.remap)
+    overrides = _overrides(args.param)
+
+    def load(params: str | None, node: str | None) -> Any:
+        return load_replay_config(params or _params_file(args), node=node, overrides=overrides)
+
+    return run(args, load, CliError)
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from .record_cli import cmd_record as run  # rclpy only from here on
+
+    return run(args, _remaps(args.remap), CliError)
+
+
+COMMANDS = {"make-demo": cmd_make_demo, "offline": cmd_offline, "play": cmd_play, "eval": cmd_eval, "record": cmd_record}
 
 
 def _expected_errors(command: str) -> tuple[type[BaseException], ...]:
@@ -331,7 +358,7 @@ def _expected_errors(command: str) -> tuple[type[BaseException], ...]:
     from .bagio import BagError
 
     errors: list[type[BaseException]] = [CliError, BagError]
-    if command == "play":
+    if command in ("play", "record"):
         from .play import PlayError
 
         errors.append(PlayError)
@@ -342,6 +369,10 @@ def _expected_errors(command: str) -> tuple[type[BaseException], ...]:
         from .offline import ReplayError
 
         errors += [ParamsFileError, ReplayError, RuntimeLoadError]
+        if command == "eval":
+            from .evaluate import EvalError
+
+            errors.append(EvalError)
     return tuple(errors)
 
 

@@ -54,6 +54,11 @@ class ReplayConfig:
         return self.topic(self.settings.joint_state_topic)
 
     @property
+    def joint_state_topics(self) -> list[str]:
+        """Every joint-state topic read (one per arm where joint_state_topics lists several), resolved."""
+        return [self.topic(j.topic) for j in self.settings.joint_sources]
+
+    @property
     def instruction_topic(self) -> str:
         return self.topic(self.settings.instruction_topic)
 

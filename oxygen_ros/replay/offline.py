@@ -40,7 +40,7 @@ from oxygen_ros.interface.outputs import float64_array_msg, to_trajectory_msg, t
 from oxygen_ros.interface.settings import model_fit_problems
 from oxygen_ros.runtime import InputError, PolicyRuntime
 from oxygen_ros.runtime.alignment import ChunkTooLate, align_chunk, aligned_trajectory, replan_due
-from oxygen_ros.runtime.outputs import limits_for, stream_rows
+from oxygen_ros.runtime.outputs import limits_for, step_targets, stream_rows
 from oxygen_ros.runtime.safety import SafetyGuard, hold_trajectory
 
 from .bagio import (
@@ -98,6 +98,7 @@ class OfflineReplay:
         self.optional = list(s.camera_optional)
         self.use_state = bool(s.joint_names)
         self.slot_of = {t: i for i, t in enumerate(self.cameras) if t}
+        self.state_source = {t: i for i, t in enumerate(config.joint_state_topics)}  # joint-state topic → source
         # results
         self.skips: Counter[str] = Counter()
         self.skipped_ticks: list[dict[str, Any]] = []
@@ -150,7 +151,7 @@ class OfflineReplay:
                 " map recorded topics with --remap /recorded:=/configured"
             )
         read = list(usable)
-        for topic, want, needed in ((self.config.joint_state_topic, JOINT_STATE, self.use_state),
+        for topic, want, needed in (*((t, JOINT_STATE, self.use_state) for t in self.state_source),
                                     (self.config.instruction_topic, STRING, False)):  # fmt: skip
             info = topics.get(topic)
             if info is not None and info.msgtype == want:
@@ -186,15 +187,17 @@ class OfflineReplay:
                 store.reject_image(slot, str(exc), stamp, recv)
                 return
             store.put_image(slot, image, stamp, recv, str(obj.header.frame_id))
-        elif msg.topic == self.config.joint_state_topic:
+        elif msg.topic in self.state_source:
             stamp = stamp_to_ns(obj.header.stamp)
-            self.guard.measured.put(list(obj.name), list(obj.position), recv)
+            source = self.state_source[msg.topic]
+            prefix = self.config.settings.joint_sources[source].prefix
+            self.guard.measured.put([prefix + n for n in obj.name], list(obj.position), recv)
             try:
-                positions = joint_positions(obj, self.config.settings.joint_names)
+                positions = joint_positions(obj, self.config.settings.joint_sources[source].names)
             except Exception as exc:  # noqa: BLE001 - as the node
-                store.reject_joint_state(str(exc), stamp, recv)
+                store.reject_joint_state(str(exc), stamp, recv, source)
                 return
-            store.put_joint_state(positions, stamp, recv)
+            store.put_joint_state(positions, stamp, recv, source)
         elif msg.topic == self.config.instruction_topic:
             store.put_instruction(str(obj.data), recv)
 
@@ -251,7 +254,9 @@ class OfflineReplay:
     def _write_outputs(self, writer: BagWriter, runtime: PolicyRuntime, actions: np.ndarray, stamp_ns: int,
                        latency_s: float, now_ns: int) -> None:  # fmt: skip
         """Every controller output: a trajectory per chunk; a streamed output's rows at the instants they become
-        due, up to the next chunk (the next tick, or n_action_steps steps with replan n_action_steps)."""
+        due, up to the next chunk (the next tick, or n_action_steps steps with replan n_action_steps). A
+        position_step output's targets start from the joints as measured at the tick (the node takes the latest at
+        each instant; the bag's later states are not read yet here)."""
         s, cfg = self.config.settings, runtime.config
         n_steps = runtime.n_action_steps
         problems = [p for spec in s.outputs if (p := self.guard.chunk_problem(spec, spec.values(actions)))]
@@ -275,7 +280,12 @@ class OfflineReplay:
             until = now_ns + (self.period_ns if cfg.replan == "tick" else round(n_steps * s.step_period_s * NS_PER_S))
             for row, at in stream_rows(timing.first, timing.times_s, timing.stamp_ns or now_ns, now_ns, until):
                 for spec in streamed:
-                    values = self.guard.stream(spec, spec.values(actions[row]), at)
+                    values = spec.values(actions[row])
+                    if spec.steps:  # from the joints as last measured (the bag's later states are not read yet)
+                        values = step_targets(values, self.guard.measured_of(spec))
+                        if values is None:
+                            continue
+                    values = self.guard.stream(spec, values, at)
                     if spec.type == "twist":
                         messages.append((at, spec, TWIST_STAMPED, twist_msg(values, spec.frame, at)))
                     else:
@@ -325,8 +335,7 @@ class OfflineReplay:
         """Replay; returns the summary. Raises BagError / ReplayError / RuntimeLoadError before writing
         anything when the bag or the configuration cannot be used."""
         wall_start = time.perf_counter()
-        if self.output.resolve() == self.bag.resolve():
-            raise ReplayError(f"the output bag {self.output} is the input bag; choose another output")
+        self._check_output()
         with BagReader(self.bag, remap=self.options.remap) as reader:
             topics = self._check_topics(reader)
             if runtime is None:
@@ -341,7 +350,7 @@ class OfflineReplay:
             messages = reader.messages(topics)
             pending = next(messages, None)
             now = t0
-            with BagWriter(self.output, storage=self.options.storage, overwrite=self.options.overwrite) as writer:
+            with self._open_output() as writer:
                 for tick in range(n_ticks):
                     now = t0 + round(tick * NS_PER_S / s.control_rate_hz)
                     while pending is not None and pending.timestamp_ns <= now:
@@ -356,6 +365,14 @@ class OfflineReplay:
         stats = runtime.stats()
         return self._summary(runtime, stats, n_ticks, t0, end, truncated, time.perf_counter() - wall_start)
 
+    def _check_output(self) -> None:
+        if self.output.resolve() == self.bag.resolve():
+            raise ReplayError(f"the output bag {self.output} is the input bag; choose another output")
+
+    def _open_output(self) -> Any:
+        """Where the outputs go (a context manager; tools that keep the chunks themselves override it)."""
+        return BagWriter(self.output, storage=self.options.storage, overwrite=self.options.overwrite)
+
     def _input_store(self, runtime: PolicyRuntime) -> InputStore:
         """The node's input store: configured slots, padded with masked slots up to the model's."""
         s = self.config.settings
@@ -365,7 +382,8 @@ class OfflineReplay:
             raise ReplayError("parameters do not fit the model: " + "; ".join(problems))
         pad = slots - len(self.cameras)
         return InputStore([*self.cameras, *[""] * pad], [*self.optional, *[True] * pad],
-                          [*s.camera_sizes, *[(0, 0)] * pad], self.use_state, s.max_instruction_chars)  # fmt: skip
+                          [*s.camera_sizes, *[(0, 0)] * pad], self.use_state, s.max_instruction_chars,
+                          [(t, j.indices) for t, j in zip(self.state_source, s.joint_sources)])  # fmt: skip
 
     def _step(self, writer: BagWriter, runtime: PolicyRuntime, store: InputStore, obs: Any, tick: int, now: int,
               t0: int, period_s: float, work_start: float) -> None:  # fmt: skip

@@ -5,8 +5,9 @@ joint_trajectory outputs send one JointTrajectory per chunk (timed as ``alignmen
 by the guard); float64_array and twist outputs are streamed by a timer: the row of the latest chunk due now
 held to the limits, a twist at least every ``TWIST_REPEAT_S`` (MoveIt Servo drops commands older than ~0.1 s),
 and a zero command once when the chunk ends for velocity and twist outputs, so the robot stops instead of
-repeating its last command. `hold` sends every output its hold command at once: a trajectory to the measured
-position, zero velocity, a zero twist.
+repeating its last command. A position_step output sends the joints' measured positions plus the step due now
+(nothing without a fresh measurement). `hold` sends every output its hold command at once: a trajectory to the
+measured position, zero velocity, a zero twist.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from trajectory_msgs.msg import JointTrajectory
 from oxygen_ros.interface.outputs import float64_array_msg, to_trajectory_msg, twist_msg
 from oxygen_ros.interface.settings import NodeSettings
 from oxygen_ros.runtime.alignment import align_chunk, aligned_trajectory
-from oxygen_ros.runtime.outputs import TWIST_REPEAT_S, ChunkStream, OutputSpec, limits_for
+from oxygen_ros.runtime.outputs import TWIST_REPEAT_S, ChunkStream, OutputSpec, limits_for, step_targets
 from oxygen_ros.runtime.safety import RUN, SafetyGuard, hold_trajectory
 
 MSG_TYPES = {"joint_trajectory": JointTrajectory, "float64_array": Float64MultiArray, "twist": TwistStamped}
@@ -131,7 +132,12 @@ class ControllerOutputs:
         row = self.stream.due(now_ns) if self.guard.state.state == RUN else None
         for spec in self.streamed:
             if row is not None and np.all(np.isfinite(row)):
-                self._send(spec, self.guard.stream(spec, spec.values(row), now_ns), now_ns)
+                values = spec.values(row)
+                if spec.steps:  # a target one step ahead of the joints as measured now
+                    values = step_targets(values, self.guard.measured_of(spec, now_ns))
+                    if values is None:
+                        continue
+                self._send(spec, self.guard.stream(spec, values, now_ns), now_ns)
                 self._moving.add(spec.name)
             elif spec.name in self._moving:
                 self._moving.discard(spec.name)

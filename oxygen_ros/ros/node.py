@@ -67,6 +67,7 @@ from .robot_log import RobotLog
 from .node_inputs import InputCallbacks
 from .node_jumps import ClockJumps
 from .node_report import NodeReport
+from .reset_pose_offer import offer_reset_pose
 from .robot_ports import RobotPorts, TextPublishers, diagnostics_prefix
 from .safety_port import SafetyPort
 from .time_jumps import ClockJumpWatch
@@ -256,6 +257,9 @@ class OxygenNode(InputCallbacks, ClockJumps, NodeReport, Node):
                 port.outputs = None
             for pub in port.publishers():
                 self._destroy_publisher(pub)
+            if port.reset_pose_pub is not None:
+                self.destroy_publisher(port.reset_pose_pub)
+                port.reset_pose_pub = None
             port.chunk_pub, port.text_pubs = None, {}
         self._ports = []
 
@@ -319,9 +323,10 @@ class OxygenNode(InputCallbacks, ClockJumps, NodeReport, Node):
             [*s.camera_sizes, *[(0, 0)] * unused],
             use_state=bool(s.joint_names),
             max_instruction_chars=s.max_instruction_chars,
+            state_parts=[(self.resolve_topic_name(robot_topic(name, j.topic, node_name)), j.indices) for j in s.joint_sources],
         )
         prefix = diagnostics_prefix(name)
-        topic_stats = TopicStatistics([*(t for t in cameras if t), *(["joint_states"] if s.joint_names else [])], prefix=prefix)
+        topic_stats = TopicStatistics([*(t for t in cameras if t), *(store.state_names if s.joint_names else [])], prefix=prefix)
         port = RobotPorts(name, key, node_name, store, Diagnostics(self._chunk_rate_hz(name), prefix=prefix), topic_stats,
                           self._asks[ask_name], RobotLog(self.get_logger(), name))  # fmt: skip
         port.chunk_pub = self._make_publisher(ActionChunk, port.topic("~/action_chunk"), RELIABLE)
@@ -338,6 +343,7 @@ class OxygenNode(InputCallbacks, ClockJumps, NodeReport, Node):
             for task in rt.config.tasks
         }
         port.ask.attach(rt, max_tokens=s.ask_max_tokens, max_goals=s.ask_max_goals, robot=key)
+        port.reset_pose_pub = offer_reset_pose(self, port.topic("~/reset_pose"), self._values, s.outputs)
         return port
 
     def _create_timers(self) -> None:

@@ -40,8 +40,8 @@ class InputCallbacks:
             msg_type, callback = (CompressedImage, self._on_compressed) if s.camera_compressed[slot] else (Image, self._on_image)
             subs.append(self.create_subscription(msg_type, port.topic(topic), partial(callback, port, slot),
                                                  qos_profile_sensor_data, callback_group=self._input_group))
-        if s.joint_names:
-            subs.append(self.create_subscription(JointState, port.topic(s.joint_state_topic), partial(self._on_joint_state, port),
+        for source, joints in enumerate(s.joint_sources):  # one per joint-state topic (none without joint_names)
+            subs.append(self.create_subscription(JointState, port.topic(joints.topic), partial(self._on_joint_state, port, source),
                                                  qos_profile_sensor_data, callback_group=self._input_group))
         port.instruction = InstructionSubscription(self, port.topic(s.instruction_topic), partial(self._on_instruction, port),
                                                    partial(self._on_incompatible_instruction, port), self._input_group)  # fmt: skip
@@ -71,17 +71,18 @@ class InputCallbacks:
         if reason:
             port.log.warn("bad_image", reason)
 
-    def _on_joint_state(self, port: RobotPorts, msg: JointState) -> None:
+    def _on_joint_state(self, port: RobotPorts, source: int, msg: JointState) -> None:
         recv = self._now_ns()
         stamp = stamp_to_ns(msg.header.stamp)
-        if port.outputs is not None:  # every joint the message names: the guard's measured positions
-            port.outputs.guard.measured.put(list(msg.name), list(msg.position), recv)
+        joints = self.settings.joint_sources[source]
+        if port.outputs is not None:  # every joint the message names (with its topic's prefix): the guard's measured positions
+            port.outputs.guard.measured.put([joints.prefix + n for n in msg.name], list(msg.position), recv)
         try:
-            positions = joint_positions(msg, self.settings.joint_names)
+            positions = joint_positions(msg, joints.names)
         except Exception as exc:
-            port.log.warn("bad_joint_state", port.store.reject_joint_state(str(exc), stamp, recv))
+            port.log.warn("bad_joint_state", port.store.reject_joint_state(str(exc), stamp, recv, source))
             return
-        port.store.put_joint_state(positions, stamp, recv)
+        port.store.put_joint_state(positions, stamp, recv, source)
 
     def _on_instruction(self, port: RobotPorts, msg: String, info: Any) -> None:
         reason = port.store.put_instruction(msg.data, self._now_ns(), sent_ns=int(info.get("source_timestamp", 0)))

@@ -49,6 +49,7 @@ class RobotPorts:
     log: RobotLog
     chunk_pub: Publisher | None = None
     outputs: ControllerOutputs | None = None
+    reset_pose_pub: Publisher | None = None  # ~/reset_pose, latched (a plain publisher, also in a managed node)
     safety: SafetyPort | None = None  # the stop input, hold watchdog and safety diagnostics of the outputs
     text_pubs: dict[str, TextPublishers] = field(default_factory=dict)
     subscriptions: list[Any] = field(default_factory=list)

@@ -4,7 +4,9 @@
   values as ``positions`` or, for a velocity command interface, ``velocities`` (JTC timing rules as in
   ``alignment``).
 * ``float64_array`` — forward_command_controller (``std_msgs/Float64MultiArray``, one value per joint, applied
-  at once): the action due now, streamed at the step period.
+  at once): the action due now, streamed at the step period. With the ``position_step`` interface the values are
+  steps: each command is the output joints' measured positions (the latest joint state) plus the step, a position
+  target one step ahead for a position or impedance controller to chase (DROID's RobotEnv in joint_velocity mode).
 * ``twist`` — MoveIt Servo (``geometry_msgs/TwistStamped``): 6 dims (linear xyz, angular xyz) times ``scale``
   in ``frame``, streamed and stamped when sent; Servo drops commands older than ~0.1 s, so a twist is
   re-sent at least every ``TWIST_REPEAT_S`` while its chunk lasts and a zero twist stops the arm when it ends.
@@ -29,7 +31,7 @@ from oxygen_ros.embodiment import ConversionError, Conversions, parse_conversion
 from .trajectory import JointLimits
 
 OUTPUT_TYPES = ("joint_trajectory", "float64_array", "twist")
-INTERFACES = ("position", "velocity")
+INTERFACES = ("position", "velocity", "position_step")
 STREAMED = ("float64_array", "twist")
 TWIST_DIMS = 6
 SERVO_TIMEOUT_S = 0.1  # MoveIt Servo's incoming_command_timeout default: older commands are dropped
@@ -66,6 +68,11 @@ class OutputSpec:
     @property
     def streamed(self) -> bool:
         return self.type in STREAMED
+
+    @property
+    def steps(self) -> bool:
+        """Its values are steps added to the joints' measured positions (the ``position_step`` interface)."""
+        return self.interface == "position_step"
 
     def values(self, actions: np.ndarray) -> np.ndarray:
         """[..., len(dims)] of this output from [..., action_dim] actions (binarized, converted, twist scaled)."""
@@ -196,6 +203,9 @@ def output_problems(specs: Sequence[OutputSpec], action_dim: int) -> list[str]:
             problems.append(f"output {s.name}: {len(s.joints)} joints for {len(s.dims)} dims (joint_trajectory needs one name per dim)")
         if s.type == "float64_array" and s.joints and len(s.joints) != len(s.dims):
             problems.append(f"output {s.name}: {len(s.joints)} joints for {len(s.dims)} dims")
+        if s.steps and (s.type != "float64_array" or len(s.joints) != len(s.dims)):
+            problems.append(f"output {s.name}: position_step needs a float64_array output with one joint per dim "
+                            f"(the measured joints the steps are added to)")
         if s.type == "twist":
             if len(s.dims) != TWIST_DIMS:
                 problems.append(f"output {s.name}: a twist takes {TWIST_DIMS} dims (linear xyz, angular xyz), got {len(s.dims)}")
@@ -207,6 +217,21 @@ def output_problems(specs: Sequence[OutputSpec], action_dim: int) -> list[str]:
     if specs and left:
         problems.append(f"action dims {left} go to no output (the actions have {action_dim} dims)")
     return problems
+
+
+def step_problems(specs: Sequence[OutputSpec], joint_names: Sequence[str]) -> list[str]:
+    """A position_step output adds its steps to measured positions: each of its joints must be read as state."""
+    return [f"output {s.name}: position_step joints {missing} are not in joint_names (their measured positions are "
+            "what the steps are added to)"
+            for s in specs if s.steps and (missing := [j for j in s.joints if j not in joint_names])]
+
+
+def step_targets(steps: np.ndarray, measured: np.ndarray | None) -> np.ndarray | None:
+    """A position_step output's command: its joints' measured positions (in its joints' order, the robot's units)
+    plus ``steps``; None without a measured position (nothing is commanded then)."""
+    if measured is None:
+        return None
+    return np.asarray(measured, dtype=np.float64) + steps
 
 
 def limits_for(spec: OutputSpec, joint_names: Sequence[str], lower: Sequence[float], upper: Sequence[float]) -> JointLimits:

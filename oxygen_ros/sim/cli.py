@@ -11,6 +11,7 @@
     oxygen-sim expert --env aloha_transfer_cube --episodes 50 --seed 0 [--through-outputs config/robots/aloha.yaml]
     oxygen-sim eval --env aloha_transfer_cube --episodes 20 --seed 0 --questions 2   # config/aloha_demo.yaml, no DDS
     oxygen-sim eval --env aloha_transfer_cube --params-file my_aloha.yaml --through-node --gif out/aloha/episode.gif
+    oxygen-sim record --env aloha_transfer_cube --episodes 2 --seed 12345 --bag expert.mcap   # a teleoperation-like bag
 
 The last line printed is one JSON object (success_rate, mean_time_to_success_s, narration_accuracy,
 memory_accuracy, answer_accuracy, success_by_family, chunks, episodes, ...). Held-out evaluation seeds are in [0, 1_000_000); training uses
@@ -290,6 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--image-size", type=int, default=64, help="--through-outputs: camera images (the expert ignores them)")
     ex.add_argument("--fast-render", action=argparse.BooleanOptionalAction, default=True,
                     help="--through-outputs: no shadows, no anti-aliasing (default; --no-fast-render for the GIF's look)")
+    from .record_cli import add_record_parser
+
+    add_record_parser(sub)
     return parser
 
 
@@ -324,7 +328,11 @@ def checked_args(argv: list[str] | None = None) -> argparse.Namespace | int:
 
 def run(args: argparse.Namespace) -> int:
     """Run a checked command line; the ALOHA commands that start the ROS loop belong to ``oxygen-sim``
-    (``oxygen_ros.apps.oxygen_sim``), above the ROS layer."""
+    (``oxygen_ros.apps.oxygen_sim``), above the ROS layer, and so does ``record`` (the bag writers live in
+    ``oxygen_ros.replay``, above the simulator)."""
+    if args.command == "record":
+        print("oxygen-sim: record runs from the oxygen-sim command (oxygen_ros.apps.oxygen_sim)", file=sys.stderr)
+        return 2
     if args.command in ("eval", "expert") and args.env != "tabletop":
         if getattr(args, "through_node", False) or getattr(args, "through_outputs", None):
             print("oxygen-sim: --through-node and --through-outputs run from the oxygen-sim command", file=sys.stderr)

@@ -111,6 +111,9 @@ def run_loop(
         sim_params = {"task": task, "episodes": len(seeds), "seed": 0, "episode_steps": episode_steps,
                       "image_height": height, "image_width": width, "fast_render": fast_render,
                       "query_every_steps": period, "instruction_topic": f"/{NODE_NAME}/instruction"}  # fmt: skip
+        arms = policy.settings.joint_sources
+        if len(arms) == 2:  # the policy reads each puppet's joint states on its own topic, as Interbotix publishes them
+            sim_params["arm_joint_state_topics"] = [a.topic for a in arms]
         sim = AlohaSimNode(parameter_overrides=[Parameter(k, value=v) for k, v in sim_params.items()], context=context,
                            seeds=seeds)  # fmt: skip
         nodes.append(sim)

@@ -74,6 +74,8 @@ ALOHA_PARAMS = (
               "sensor_msgs/Image topics, one per camera."),
     ParamSpec("joint_state_topic", "str", "/joint_states", "sensor_msgs/JointState in the driver's units."),
     ParamSpec("joint_prefixes", "str[]", ["left_", "right_"], "Prefix of each arm's joint names (left, right)."),
+    ParamSpec("arm_joint_state_topics", "str[]", [], "Each arm's joint states also on a topic of its own with the names "
+              "unprefixed, as Interbotix's puppets publish them (left, right); empty = joint_state_topic only."),
     ParamSpec("arm_trajectory_topics", "str[]", ["/left_arm_controller/joint_trajectory",
               "/right_arm_controller/joint_trajectory"], "Each arm's JointTrajectory commands (left, right)."),
     ParamSpec("gripper_command_topics", "str[]", ["/left_gripper_controller/commands",
@@ -129,6 +131,7 @@ class AlohaSimNode(Node):
         self._episode_pub = self.create_publisher(String, "~/episode", EPISODE_QOS)
         self._clock_pub = self.create_publisher(Clock, "/clock", RELIABLE)
         self._joint_pub = self.create_publisher(JointState, v["joint_state_topic"], qos_profile_sensor_data)
+        self._arm_joint_pubs = [self.create_publisher(JointState, t, qos_profile_sensor_data) for t in v["arm_joint_state_topics"]]
         self._camera_pubs = [self.create_publisher(Image, t, qos_profile_sensor_data) for t in v["camera_topics"]]
         self._instruction_pub = self.create_publisher(String, v["instruction_topic"], LATCHED)
         self._viewer_pub = self.create_publisher(Image, v["viewer_topic"], RELIABLE) if v["viewer_every_steps"] else None
@@ -341,9 +344,14 @@ class AlohaSimNode(Node):
 
     def _publish_observation(self, now_ns: int, images: bool) -> None:
         stamp = ns_to_stamp(now_ns)
-        msg = JointState(name=self.driver.names, position=[float(x) for x in self.driver.joint_positions()])
+        positions = [float(x) for x in self.driver.joint_positions()]
+        msg = JointState(name=self.driver.names, position=positions)
         msg.header.stamp = stamp
         self._joint_pub.publish(msg)
+        per_arm = len(self.driver.names) // 2
+        for arm, (pub, prefix) in enumerate(zip(self._arm_joint_pubs, self.driver.prefixes)):
+            names = [n[len(prefix):] for n in self.driver.names[arm * per_arm : (arm + 1) * per_arm]]
+            pub.publish(JointState(header=msg.header, name=names, position=positions[arm * per_arm : (arm + 1) * per_arm]))
         viewer = self._viewer_pub is not None and self.driver.episodes[-1].steps % self.v["viewer_every_steps"] == 0
         if not images and not viewer:
             return
@@ -399,6 +407,8 @@ def _wiring_problems(v: dict[str, Any]) -> list[str]:
     unknown = [c for c in v["camera_names"] if c not in CAMERAS]
     if unknown:
         problems.append(f"camera_names {unknown} are not cameras of the scene {list(CAMERAS)}")
+    if v["arm_joint_state_topics"] and len(v["arm_joint_state_topics"]) != 2:
+        problems.append(f"arm_joint_state_topics needs two entries (left, right) or none, got {len(v['arm_joint_state_topics'])}")
     for key in ("joint_prefixes", "arm_trajectory_topics", "gripper_command_topics"):
         if len(v[key]) != 2:
             problems.append(f"{key} needs two entries (left, right), got {len(v[key])}")

@@ -1,0 +1,1 @@
+"""The simulators' scripted experts written as robots' bags (``oxygen-sim record``)."""
