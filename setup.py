@@ -24,8 +24,10 @@ setup(
         (f"share/{package_name}", ["package.xml"]),
         (f"share/{package_name}/launch", glob("launch/*.launch.py")),
         (f"share/{package_name}/config", glob("config/*.yaml")),
-        # The trained demo policy: the shipped configs name it as models/demo (found from any directory).
+        # The trained demo policies: the shipped configs name them as models/demo and models/aloha (found from
+        # any directory).
         *_tree("models/demo", f"share/{package_name}"),
+        *_tree("models/aloha", f"share/{package_name}"),
         (f"share/{package_name}/config/robots", glob("config/robots/*.yaml")),
     ],
     install_requires=["setuptools"],

@@ -34,9 +34,13 @@ def _params(name: str, **changes: object) -> dict:
 
 def test_aloha_demo_prints_judged_texts_and_answers_and_writes_the_gif(tmp_path) -> None:  # noqa: ANN001
     checkpoint, tokenizer = write_small_checkpoint(tmp_path / "model")
-    policy = write_params(tmp_path / "policy.yaml", _params("aloha_demo.yaml", checkpoint=str(checkpoint), tokenizer=str(tokenizer)))
-    # 250 steps (5 s): both questions are asked (at 1.0 s and 3.6 s) and answered from frames of the episode
-    sim = write_params(tmp_path / "sim.yaml", _params("aloha_demo_sim.yaml", episode_steps=250))
+    # without the output limits: the guard refuses a random model's chunks (docs/safety.md tests it)
+    unguarded = {f"limit_{name}": [] for name in ("joints", "max_velocity", "max_distance", "lower", "upper")}
+    policy = write_params(tmp_path / "policy.yaml", _params("aloha_demo.yaml", checkpoint=str(checkpoint), tokenizer=str(tokenizer),
+                                                            **unguarded))  # fmt: skip
+    # 350 steps (7 s): both questions are asked (at 1.0 s, and at 6.0 s as a random model never holds the cube)
+    # and answered from frames of the episode
+    sim = write_params(tmp_path / "sim.yaml", _params("aloha_demo_sim.yaml", episode_steps=350))
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "oxygen_ros.demos", "--robot", "aloha", "--episodes", "1", "--seed", str(SEED),
            "--out", str(out), "--policy-params", str(policy), "--sim-params", str(sim)]  # fmt: skip
@@ -44,7 +48,7 @@ def test_aloha_demo_prints_judged_texts_and_answers_and_writes_the_gif(tmp_path)
     log = done.stdout + done.stderr
     assert done.returncode == 0, log
     assert f'=== episode 1: "Transfer cube" (scene seed {SEED})' in log, log
-    assert re.search(r"=== episode 1: (SUCCESS: handed over at step \d+|FAILED: no hand-over in 250 steps)", log), log
+    assert re.search(r"=== episode 1: (SUCCESS: handed over at step \d+|FAILED: no hand-over in 350 steps)", log), log
 
     # Narration: every new text printed with its mark; the arms start away from the cube, so the first frame's truth
     # is the reach (a random-weight model names no phase).
@@ -60,6 +64,9 @@ def test_aloha_demo_prints_judged_texts_and_answers_and_writes_the_gif(tmp_path)
     for question in scene_texts.QUESTIONS:
         assert re.search(rf"\[asked( in episode 1)?\] {re.escape(question)} → .*  {MARK}", log), log
     assert "answers right in " in log and "action chunks; median prefill" in log, log
+    # every answer inside its own episode's block: the end line waits for them
+    assert log.index("which arm holds the cube? →") < log.index("=== episode 1: S" if "SUCCESS" in log else "=== episode 1: F")
+    assert "source .venv/bin/activate" in log  # where the tools are, after the demo
 
     gif = Image.open(out / "demo_episode.gif")
     # the three cameras side by side; a frame every 5 steps from the first (the simulator waits for the recorder)
@@ -73,7 +80,10 @@ def test_aloha_demo_prints_judged_texts_and_answers_and_writes_the_gif(tmp_path)
     assert summary["action_chunks"] >= 7  # a chunk every 25 steps
 
 
-def test_aloha_demo_refuses_an_unknown_robot() -> None:
+def test_aloha_demo_refuses_an_unknown_robot_and_a_missing_params_file() -> None:
     done = subprocess.run([sys.executable, "-m", "oxygen_ros.demos", "--robot", "ur5"], env=ros_env(), cwd=REPO,
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 2 and "--robot" in done.stderr and "aloha" in done.stderr
+    done = subprocess.run([sys.executable, "-m", "oxygen_ros.demos", "--robot", "aloha", "--policy-params", "no/such.yaml"],
+                          env=ros_env(), cwd=REPO, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2 and "argument --policy-params: no such file: no/such.yaml" in done.stderr, done.stderr

@@ -363,6 +363,9 @@ def test_lifecycle_flags(capsys):
 def test_bad_command_lines_exit_2_and_help_exits_0(capsys):
     assert main(["oxygen_node", "--bogus"]) == 2
     assert "unknown argument '--bogus'" in capsys.readouterr().err
+    for args in (["--params-file", "no/such.yaml"], ["--ros-args", "--params-file", "no/such.yaml"]):
+        assert main(["oxygen_node", *args]) == 2  # not rcl's YAML parser's message
+        assert "--params-file no/such.yaml: no such file" in capsys.readouterr().err
     assert main(["oxygen_node", "--params-file"]) == 2
     assert "--params-file needs a path" in capsys.readouterr().err
     assert main(["oxygen_node", "--help"]) == 0

@@ -91,7 +91,9 @@ def test_chunk_stream_rows_follow_the_step_times() -> None:
     actions = np.arange(10, dtype=float)[:, None]
     stream.set(actions, start_ns=1_000_000_000, first=2, times_s=[0.15, 0.2, 0.25])  # rows 2..4, stamped 1 s
     at = lambda s: stream.due(int((1 + s) * 1e9))  # noqa: E731
-    assert at(0.12)[0] == 2 and at(0.15)[0] == 2 and at(0.17)[0] == 3 and at(0.25)[0] == 4 and at(0.26) is None
+    # A row's time ends its step: at that instant the next step starts and its own row is due (sim time ticks
+    # exactly on the boundaries).
+    assert at(0.12)[0] == 2 and at(0.15)[0] == 3 and at(0.17)[0] == 3 and at(0.2499)[0] == 4 and at(0.25) is None
 
 
 # ----------------------------------------------------------------------------------- over real DDS

@@ -27,8 +27,9 @@ def test_policy_drives_the_simulated_arm_over_dds(ros, tmp_path, sim_time: bool)
     sim_params = write_params(tmp_path / "sim.yaml", {"episodes": 2, "seed": 7, "time_limit_s": 2.0, "settle_s": 0.3,
                                                       "instructions": ["", "pick up the purple cup"],
                                                       "publish_clock": sim_time})  # fmt: skip
+    # random weights: their chunks clamped into the arm's ranges, never refused by the safety guard
     tiny = write_params(tmp_path / "tiny.yaml", {"checkpoint": "", "tokenizer": "", "model_preset": "tiny",
-                                                 "use_sim_time": sim_time})  # fmt: skip
+                                                 "use_sim_time": sim_time, "limit_out_of_range_margin": 100.0})  # fmt: skip
     episodes = Collector(node, String, f"{NS}/oxygen_sim_node/episode", LATCHED)
     joints = Collector(node, JointState, f"{NS}/joint_states", qos_profile_sensor_data)
     wrist = Collector(node, Image, f"{NS}/camera/wrist/image_raw", qos_profile_sensor_data)

@@ -71,14 +71,17 @@ def through_node(args: argparse.Namespace, params_file: Path) -> int:
     from oxygen_ros.runtime import RuntimeLoadError
     from oxygen_ros.runtime.params_file import ParamsFileError
 
+    overrides = {k: v for k, v in (("device", args.device), ("dtype", args.dtype), ("num_threads", args.num_threads)) if v is not None}
     try:
-        values = node_values(params_file)
+        values = node_values(params_file, overrides)
     except (OSError, ParamsFileError) as exc:
         print(f"oxygen-sim: {exc}", file=sys.stderr)
         return 2
     seeds = list(range(args.seed, args.seed + args.episodes))
     widths, heights = values.get("camera_widths") or [], values.get("camera_heights") or []
-    image_size = (args.image_height or (heights[0] if heights else 240), args.image_width or (widths[0] if widths else 320))
+    # the file's camera size, else the model's (square): the loop without DDS renders the same
+    height, width = args.image_height or (heights[0] if heights else 0), args.image_width or (widths[0] if widths else 0)
+    image_size = (height, width) if height and width else None
     try:
         result = run_loop(values, seeds, task_of(args.env), image_size=image_size, fast_render=args.fast_render,
                           gif_every_steps=GIF_EVERY_STEPS if args.gif else 0, timeout_s=args.timeout)  # fmt: skip

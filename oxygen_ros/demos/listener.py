@@ -37,6 +37,7 @@ class Listener:
     (`_subscribe_views`), what its episode reports say (`_outcome`), its questions (`question`, `ask_after_s`)."""
 
     ask_after_s = ASK_AFTER_S  # episode time at which each question is sent
+    camera_labels: tuple[str, ...] = ()  # the views side by side on the viewer, named on the GIF
 
     def __init__(self, node, label: str = "") -> None:  # noqa: ANN001 (rclpy Node)
         from oxygen_ros_msgs.msg import ActionChunk, TextDelta
@@ -65,6 +66,8 @@ class Listener:
         self._ask = ActionClient(node, Ask, "oxygen_node/ask")
         self._asked: dict[int, int] = {}  # episode index -> questions sent
         self._resolved = 0  # questions answered, refused or not accepted
+        self._open: dict[int, int] = {}  # episode index -> its questions not resolved yet
+        self._end_lines: dict[int, str] = {}  # an episode's end line, held until its answers are printed
         node.create_timer(0.1, self._maybe_ask)
 
     def _subscribe_views(self, node) -> None:  # noqa: ANN001
@@ -85,6 +88,10 @@ class Listener:
         """The episode's i-th question."""
         return demo_questions(target_in(log.instruction) or "red cup")[i]
 
+    def question_due(self, log: EpisodeLog, i: int, now_ns: int) -> bool:
+        """Whether the episode's i-th question goes out now: at its time of episode clock (``ask_after_s``)."""
+        return i < len(self.ask_after_s) and now_ns >= log.start_ns + self.ask_after_s[i] * 1e9
+
     def _say(self, text: str) -> None:
         say("\n".join(f"{self.label}{line}" if line else line for line in text.split("\n")))
 
@@ -104,7 +111,8 @@ class Listener:
             known.start_ns = e["clock_start_ns"]
             return
         if e["event"] == "start":
-            log = EpisodeLog(e["index"], e["instruction"], e["clock_start_ns"])
+            self.flush_end_lines()  # an episode whose answers are still out: its end line before the next block
+            log = EpisodeLog(e["index"], e["instruction"], e["clock_start_ns"], camera_labels=self.camera_labels)
             self.episodes.append(log)
             self._began_ns[log.index] = e["stamp_ns"]
             log.labels += [(x["stamp_ns"], x["subtask"], x["memory"]) for x in self._early_labels if x["episode"] == log.index]
@@ -118,7 +126,21 @@ class Listener:
         self.ended += 1
         right = [ok for _, ok in log.judged("language")]
         share = f"{sum(right)}/{len(right)} narrations named the true subtask" if right else "no narration"
-        self._say(f"=== episode {e['index'] + 1}: {verdict}; {share}")
+        self._end_lines[log.index] = f"=== episode {e['index'] + 1}: {verdict}; {share}"
+        if not self._open.get(log.index):
+            self._say(self._end_lines.pop(log.index))
+
+    def flush_end_lines(self) -> None:
+        """Print the end lines still held for answers that did not come."""
+        for index in sorted(self._end_lines):
+            self._say(self._end_lines.pop(index))
+
+    def _resolve(self, log: EpisodeLog) -> None:
+        """One of the episode's questions is settled; its end line follows its last answer."""
+        self._resolved += 1
+        self._open[log.index] = self._open.get(log.index, 1) - 1
+        if not self._open[log.index] and log.index in self._end_lines:
+            self._say(self._end_lines.pop(log.index))
 
     def _on_labels(self, msg) -> None:  # noqa: ANN001
         e = json.loads(msg.data)
@@ -137,19 +159,19 @@ class Listener:
         if log is None or log.end_ns or not self._ask.server_is_ready():
             return
         sent = self._asked.get(log.index, 0)
-        now = self._node.get_clock().now().nanoseconds
-        if sent >= len(self.ask_after_s) or now < log.start_ns + self.ask_after_s[sent] * 1e9:
+        if not self.question_due(log, sent, self._node.get_clock().now().nanoseconds):
             return
         question = self.question(log, sent)
         self._asked[log.index] = sent + 1
+        self._open[log.index] = self._open.get(log.index, 0) + 1
         future = self._ask.send_goal_async(Ask.Goal(question=question, max_tokens=ANSWER_MAX_TOKENS))
         future.add_done_callback(lambda f, q=question, ep=log: self._accepted(f, q, ep))
 
     def _accepted(self, future, question: str, log: EpisodeLog) -> None:  # noqa: ANN001
         handle = future.result()
         if handle is None or not handle.accepted:
-            self._resolved += 1
             self._say(f"  [asked] {question} → not accepted")
+            self._resolve(log)
             return
         handle.get_result_async().add_done_callback(lambda f: self._answered(f, question, log))
 
@@ -157,9 +179,9 @@ class Listener:
         from oxygen_ros.interface.convert import stamp_to_ns
 
         r = future.result().result
-        self._resolved += 1
         if r.finish_reason in ("refused", "error", "cancelled"):
             self._say(f"  [asked] {question} → {r.finish_reason}: {r.message}")
+            self._resolve(log)
             return
         source = stamp_to_ns(r.frame_stamp)
         # The scene it was answered from: a question asked as an episode ends is answered by the next one's first frame.
@@ -171,6 +193,7 @@ class Listener:
         where = "" if about is self.current and not about.end_ns else f" in episode {about.index + 1}"
         where += "" if about is log else f", asked in episode {log.index + 1}"
         self._say(f"  [asked{where}] {question} → {out.answer}  {out.mark}{truth}")
+        self._resolve(log)
 
     def _episode_at(self, stamp_ns: int) -> EpisodeLog | None:
         """The episode whose scene a frame of that stamp shows: the last one begun at or before it."""
@@ -278,6 +301,7 @@ def check_run_rules(parser: argparse.ArgumentParser, policy_params: Path, defaul
 
 def report_figures(listener: Listener, elapsed: float, who: str = "") -> list[EpisodeLog]:
     """Print the results of the finished episodes (success, texts judged, answers, chunk latencies); returns them."""
+    listener.flush_end_lines()
     logs = [log for log in listener.episodes if log.end_ns]
     say(f"\n[3/3] {who}results ({elapsed:.0f} s)")
     if not logs:
@@ -302,6 +326,11 @@ def report_figures(listener: Listener, elapsed: float, who: str = "") -> list[Ep
     return logs
 
 
+def say_tools(examples: str) -> None:
+    """The closing line: where the tools are (scripts/demo.sh puts nothing on PATH) and what to run next."""
+    say(f"\nThe tools are in .venv/bin: `source .venv/bin/activate`, then e.g. {examples}")
+
+
 def write_episode_gif(logs: list[EpisodeLog], path: Path, width: int = 320) -> Path | None:
     """The GIF of the first successful episode (else the first with frames), ``width`` pixels of camera view wide."""
     shown = next((log for log in logs if log.success and log.frames), next((log for log in logs if log.frames), None))
@@ -324,5 +353,14 @@ def add_run_args(parser: argparse.ArgumentParser, first_seed: int, out: str, pol
     parser.add_argument("--episodes", type=int, default=3)
     parser.add_argument("--seed", type=int, default=first_seed, help=f"first held-out scene seed (default {first_seed})")
     parser.add_argument("--out", type=Path, default=ROOT / "out" / out)
-    parser.add_argument("--policy-params", type=Path, default=ROOT / "config" / policy_params)
-    parser.add_argument("--sim-params", type=Path, default=ROOT / "config" / sim_params)
+    parser.add_argument("--policy-params", type=existing_file, default=ROOT / "config" / policy_params)
+    parser.add_argument("--sim-params", type=existing_file, default=ROOT / "config" / sim_params)
+
+
+def existing_file(text: str) -> Path:
+    """An argparse type: a path that names a file (argparse then says "argument --policy-params: no such file: …",
+    not the node's YAML parser)."""
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"no such file: {text}")
+    return path

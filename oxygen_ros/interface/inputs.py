@@ -126,7 +126,8 @@ class InputStore:
         h, w = image.shape[:2]
         if (width and w != width) or (height and h != height):
             want = f"{width or 'any'}x{height or 'any'}"
-            return self.reject_image(slot, f"image is {w}x{h}, slot {slot} expects {want}", stamp_ns, recv_ns)
+            return self.reject_image(slot, f"image is {w}x{h}, slot {slot} expects {want} (camera_widths/camera_heights: "
+                                           "send that size, or set the camera's size there)", stamp_ns, recv_ns)  # fmt: skip
         with self._lock:
             self._images[slot] = _Sample(image, None, stamp_ns, recv_ns, frame_id)
         return None

@@ -221,6 +221,10 @@ PARAMS: tuple[ParamSpec, ...] = (
               read_only=False),
     ParamSpec("max_instruction_chars", "int", 2000, "Longer instructions are refused.", read_only=False,
               low=1, high=1_000_000),
+    ParamSpec("episode_topic", "str", "", "A simulator's episode reports (std_msgs/String JSON, oxygen_sim_node's "
+              "~/episode): as each episode starts, the action noise is seeded by its seed and the text schedule starts "
+              "over, as oxygen-sim eval does, so the same seeds give the same chunks; empty = none (a real robot).",
+              check=_check_topic("episode_topic", allow_empty=True)),
     # ------------------------------------------------------------------------------------- timing
     ParamSpec("control_rate_hz", "float", 5.0, "Control ticks (action chunks) per second.", read_only=False,
               low=0.0, high=1000.0, low_open=True),

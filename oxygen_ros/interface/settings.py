@@ -65,6 +65,7 @@ class NodeSettings:
     hold_timeout_s: float = 0.0  # 0 = n_action_steps steps + two control periods
     resume_blend_s: float = 0.5
     stop_topic: str = "~/stop"
+    episode_topic: str = ""  # a simulator's episode reports: each episode's noise seeded by its seed; "" = none
 
     @property
     def control_period_s(self) -> float:
@@ -353,4 +354,5 @@ def node_settings(v: Mapping[str, Any]) -> NodeSettings:
         hold_timeout_s=float(v["hold_timeout_s"]),
         resume_blend_s=float(v["resume_blend_s"]),
         stop_topic=v["stop_topic"],
+        episode_topic=v["episode_topic"],
     )

@@ -100,9 +100,21 @@ def _die(message: str, code: int = 1) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point; returns the exit code."""
     try:
-        return _run(parse_options(sys.argv if argv is None else argv))
+        return _run(require_params_files(parse_options(sys.argv if argv is None else argv)))
     except SystemExit as exc:  # --help, or _die: the message is printed already
         return int(exc.code or 0)
+
+
+def require_params_files(options: Options, program: str = "oxygen_node") -> Options:
+    """The options, after checking that every --params-file names a readable file (rcl's own message for a
+    missing one is its YAML parser's "Error opening YAML file, at .../parser.c"); SystemExit(2) saying which."""
+    args = options.args
+    for flag, path in zip(args, args[1:]):
+        if flag == "--params-file" and not os.path.isfile(path):
+            where = f" (from {os.getcwd()})" if not os.path.isabs(path) else ""
+            print(f"{program}: error: --params-file {path}: no such file{where}", file=sys.stderr, flush=True)
+            raise SystemExit(2)
+    return options
 
 
 def lifecycle_main() -> int:

@@ -405,6 +405,9 @@ class OxygenNode(InputCallbacks, ClockJumps, NodeReport, Node):
         frames: dict[str, Any] = {}
         observations: dict[str, Observation] = {}
         for port in due:
+            seed = port.episodes.due(now_ns) if port.episodes is not None else None
+            if seed is not None:  # a simulator's episode began: its noise and text schedule from its seed
+                self.runtime.start_episode(seed, port.key)
             got = self._frame_of(port, now_ns, epoch)
             if got is not None:
                 observations[port.key], frames[port.key] = got

@@ -13,6 +13,7 @@ from std_msgs.msg import String
 
 from oxygen_ros.interface.convert import compressed_image_to_array, image_to_array, joint_positions, stamp_to_ns
 
+from .episode_starts import EpisodeStarts
 from .instruction_sub import InstructionSubscription
 from .robot_ports import RobotPorts
 
@@ -44,6 +45,10 @@ class InputCallbacks:
                                                  qos_profile_sensor_data, callback_group=self._input_group))
         port.instruction = InstructionSubscription(self, port.topic(s.instruction_topic), partial(self._on_instruction, port),
                                                    partial(self._on_incompatible_instruction, port), self._input_group)  # fmt: skip
+        if s.episode_topic:
+            port.episodes = EpisodeStarts(self, port.topic(s.episode_topic), partial(port.log.warn, "bad_episode_report"),
+                                          self._input_group)  # fmt: skip
+            subs.append(port.episodes.subscription)
         return subs
 
     def _on_image(self, port: RobotPorts, slot: int, msg: Image) -> None:

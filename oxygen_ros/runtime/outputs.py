@@ -261,8 +261,9 @@ class ChunkStream:
     """The latest chunk for the streamed outputs and the row of it due at a given time (thread-safe: the
     model thread sets chunks, a timer reads them).
 
-    Row ``first + k`` is due from ``start + times_s[k - 1]`` until ``start + times_s[k]`` (``alignment``'s
-    ChunkTiming: the action belongs to the end of its step); after the last one the chunk is over.
+    Row ``first + k`` is due from ``start + times_s[k - 1]`` (included) until ``start + times_s[k]`` (``alignment``'s
+    ChunkTiming: the action belongs to the end of its step, so at the instant a step starts its own row is due,
+    as a trajectory follower's setpoint for the end of the step is); after the last one the chunk is over.
     """
 
     def __init__(self) -> None:
@@ -286,5 +287,5 @@ class ChunkStream:
             if self._rows is None:
                 return None
             elapsed = (now_ns - self._start_ns) / 1e9
-            k = int(np.searchsorted(self._times_s, elapsed - 1e-9))
+            k = int(np.searchsorted(self._times_s, elapsed + 1e-9, side="right"))  # a step boundary: the next row
             return self._rows[k] if k < len(self._rows) else None

@@ -495,6 +495,14 @@ class PolicyRuntime:
         except KeyError:
             raise ValueError(f"unknown robot {robot!r}; this runtime serves {self.robots}") from None
 
+    def start_episode(self, seed: int, robot: str = "") -> None:
+        """A robot starts an episode (a simulator's): the action noise seeded by the episode's seed, so its chunks
+        do not depend on the episodes before it; the text tasks' schedule from the first tick; no chunk to
+        continue."""
+        self.engine.robot(robot).generator.manual_seed(seed)
+        self.engine.restart_schedule(robot)
+        self.forget_chunk(robot)
+
     def forget_chunk(self, robot: str = "") -> None:
         """The last chunk was not executed (e.g. not published): the next one is not guided toward it."""
         self._chunker(robot).reset()

@@ -143,7 +143,7 @@ def _eval(args: argparse.Namespace) -> int:
             "seed": r.spec.seed, "family": r.spec.family, "instruction": r.spec.instruction, "target": r.spec.target_name,
             "place": r.place, "absent": r.absent, "distractor": r.spec.distractor, "lighting": vars(r.spec.lighting),
             "success": r.success,
-            "time_to_success_s": r.time_to_success_s, "chunks": r.chunks, "jerk_rms": r.jerk_rms,
+            "time_to_success_s": r.time_to_success_s, "failure": r.failure, "chunks": r.chunks, "jerk_rms_rad_s3": r.jerk_rms,
             "switch_jumps": r.switch_jumps, "texts": [vars(t) for t in r.texts],
         } for r in results]  # fmt: skip
         Path(args.json_out).write_text(json.dumps({"summary": summary, "episodes": episodes}, indent=1))
@@ -241,6 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--num-objects", type=int, help=f"objects per scene (1-{MAX_OBJECTS}; default: drawn by the seed)")
     ev.add_argument("--questions", type=int, default=0, help="questions asked per episode through the ask path (answer_accuracy)")
     ev.add_argument("--num-threads", type=int, help="torch CPU threads")
+    ev.add_argument("--device", help="run the model here instead of the file's device (e.g. cpu for a file that says cuda)")
+    ev.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="the model's dtype instead of the file's")
     _add_execution_args(ev)
     ev.add_argument("--envs", type=int, default=1,
                     help="episodes run at once through one engine (their chunks batched); default 1: one by one")
@@ -255,10 +257,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "in place of the file's; its texts are random): checks the loop, the adapter and the conversions")
     ev.add_argument("--through-node", action="store_true",
                     help="--env aloha_*: run oxygen_node and the simulator node over DDS in lockstep instead")
-    ev.add_argument("--image-width", type=int, help="--through-node: camera image width (default: the file's camera_widths, else 320)")
-    ev.add_argument("--image-height", type=int, help="--through-node: camera image height (default: the file's camera_heights, else 240)")
-    ev.add_argument("--fast-render", action="store_true", help="--through-node: no shadows, no anti-aliasing (10x cheaper; "
-                    "the loop without DDS always renders so, as the training data is)")
+    ev.add_argument("--image-width", type=int, help="--through-node: camera image width (default: the file's camera_widths, "
+                    "else the model's image size, as the loop without DDS renders)")
+    ev.add_argument("--image-height", type=int, help="--through-node: camera image height (default: the file's camera_heights, "
+                    "else the model's image size)")
+    ev.add_argument("--fast-render", action=argparse.BooleanOptionalAction, default=True,
+                    help="--through-node: no shadows, no anti-aliasing (default, about 10x cheaper, as the training data and "
+                    "the loop without DDS render; --no-fast-render for the full-quality look)")
     ch = sub.add_parser("chunking", help="naive vs time-aligned vs time-aligned + RTC at several latencies")
     ch.add_argument("--episodes", type=int, default=20)
     ch.add_argument("--seed", type=int, default=0)

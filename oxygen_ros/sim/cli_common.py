@@ -28,9 +28,10 @@ def shown(path: str | Path) -> str:
 
 
 def with_overrides(config: RuntimeConfig, args: argparse.Namespace) -> RuntimeConfig:
-    """The command line's threads, real-time chunking and execution horizon over the file's (validated)."""
+    """The command line's threads, device, dtype, real-time chunking and execution horizon over the file's (validated)."""
     overrides = {"num_threads": args.num_threads, "rtc": getattr(args, "rtc", None), "replan": args.replan,
-                 "n_action_steps": args.n_action_steps}
+                 "n_action_steps": args.n_action_steps, "device": getattr(args, "device", None),
+                 "dtype": getattr(args, "dtype", None)}
     return dataclasses.replace(config, **{k: v for k, v in overrides.items() if v is not None}).validate()
 
 

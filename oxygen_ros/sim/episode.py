@@ -122,6 +122,7 @@ class SimEpisode:
     time_s: float = 0.0
     success_time_s: float | None = None
     lifted_any_s: float | None = None  # when any object was first lifted (the wrong one, or one where none was named)
+    failure: dict | None = None  # the kinematic scene has no physics error: never set
     rejected: list[str] = field(default_factory=list)
     switches: list[SwitchRecord] = field(default_factory=list)
     joint_log: list[np.ndarray] = field(default_factory=list)  # measured joints after every physics step
@@ -161,6 +162,11 @@ class SimEpisode:
     def labels(self) -> dict[str, str | None]:
         """What the scene's truth says now, per text task: the subtask, the scene note, the object's place."""
         return {"language": self.subtask, "memory": self.memory, "location": self.location}
+
+    @staticmethod
+    def question_due(chunk: int, asked: int) -> bool:
+        """Questions go with the frames of chunks 1, 4, 7, ... (one each)."""
+        return chunk == 1 + 3 * asked
 
     def draw_question(self, rng: np.random.Generator, split: str) -> tuple[str, str]:
         """A question about the scene (``questions.draw_question``, phrased from ``split``) and its answer now."""

@@ -83,6 +83,8 @@ class EpisodeResult:
     rejected: list[str] = field(default_factory=list)
     place: str | None = None  # where the named object stood at the start ("far left"; None: not in the scene)
     absent: bool = False  # the instruction named an object the scene does not hold (success: nothing lifted)
+    # Why it ended early as failed: {"reason": "physics_error" | "non_finite_action", "step", "joint", "message"}
+    failure: dict | None = None
 
     def accuracy(self, task: str) -> tuple[int, int]:
         """(correct, counted) finished outputs of ``task`` whose frame had a label."""
@@ -136,17 +138,20 @@ class EpisodeLoop:
     The episode comes from ``spec.make_episode(control_period_s, time_limit_s)``: the table-top `SimEpisode`
     or the MuJoCo ALOHA's (`aloha/episode.py`). It advances its physics (``advance``), shows ``images(size)``
     and ``state``, takes timed trajectories (``deliver``), says its texts' truth (``labels()``: the
-    narration and memory labels of the frame; ``draw_question(rng, split)``: a question and its answer now),
+    narration and memory labels of the frame; ``draw_question(rng, split)``: a question and its answer now;
+    ``question_due(chunk, asked)``: whether the next question goes with the frame of that chunk),
     and reports ``done``, ``succeeded``, ``success_time_s``, ``time_s``, ``location``, ``absent``,
-    ``switches``, ``rejected`` and ``jerk_rms()``; ``close()`` frees what it holds once the result is taken."""
+    ``switches``, ``rejected``, ``failure`` (why it ended early as failed, e.g. MuJoCo's physics error; None)
+    and ``jerk_rms()``; ``close()`` frees what it holds once the result is taken.
+
+    A chunk with non-finite actions is not delivered (the node sends no command for it) and ends the episode
+    as failed (``non_finite_action``, the tick and the first joint affected): the next episode runs."""
 
     def __init__(self, runtime: PolicyRuntime, spec: Any, settings: EvalSettings, robot: str = "") -> None:
         if runtime.config.engine_mode == "oxygen" and runtime.config.tokens_per_frame < 1:
             raise ValueError("closed-loop evaluation needs tokens_per_frame >= 1 (deadline-driven decoding is not reproducible)")
         self.runtime, self.spec, self.settings, self.robot = runtime, spec, settings, robot
-        runtime.engine.robot(robot).generator.manual_seed(spec.seed)  # the action noise is the episode's
-        runtime.engine.restart_schedule(robot)  # every episode starts its text tasks on the same ticks
-        runtime.forget_chunk(robot)  # the first chunk of an episode continues nothing
+        runtime.start_episode(spec.seed, robot)  # the noise is the episode's: its outcome is its own
         self.episode = spec.make_episode(settings.control_period_s, settings.time_limit_s)
         if settings.guarded and hasattr(self.episode, "use_guard"):  # the table-top arm (the ALOHA's file has its own)
             self.episode.use_guard()
@@ -154,7 +159,7 @@ class EpisodeLoop:
         self.text = _TextCollector(self.labels)
         self.result = EpisodeResult(spec, False, None, 0.0, 0, 0, place=self.episode.location,
                                     absent=self.episode.absent)
-        self._ask_at = {1 + 3 * i for i in range(settings.questions)}  # the chunks before which a question is asked
+        self._asked = 0  # questions asked so far (the episode says when each is due: ``question_due``)
         self._question_rng = np.random.default_rng([spec.seed, 29])
         self.tick = 0  # control ticks since the episode started
         self._last_chunk_s: float | None = None
@@ -164,6 +169,8 @@ class EpisodeLoop:
         """Advance to the next tick that wants a chunk (``self.tick``) and return its frame; None once done."""
         runtime, settings, episode = self.runtime, self.settings, self.episode
         while True:
+            if self.result.failure is not None:
+                return None
             t = self.tick * settings.control_period_s
             episode.advance(t)
             if episode.done:
@@ -184,7 +191,8 @@ class EpisodeLoop:
                 self.result.skipped_ticks += 1
                 self.tick += 1
                 continue
-            if self.result.chunks in self._ask_at:
+            if self._asked < settings.questions and episode.question_due(self.result.chunks, self._asked):
+                self._asked += 1
                 question, truth = episode.draw_question(self._question_rng, settings.question_split)
                 request = runtime.ask(runtime.question_tokens(question), ANSWER_MAX_TOKENS, self.robot)
                 self.text.answers[request], self.text.questions[request] = truth, question
@@ -196,6 +204,12 @@ class EpisodeLoop:
         t = self.tick * settings.control_period_s
         self._last_chunk_s = t
         self.text.add(step.events)
+        if not np.all(np.isfinite(step.actions)):  # the node sends nothing for it; the episode fails here
+            runtime.forget_chunk(self.robot)
+            self.result.failure = non_finite_failure(step.actions, settings.joint_names, self.tick)
+            self.result.chunks += 1
+            self.tick += 1
+            return
         try:
             trajectory, _ = aligned_trajectory(
                 step.actions, settings.joint_names, settings.action_period_s, settings.limits, self._stamp_ns,
@@ -225,8 +239,28 @@ class EpisodeLoop:
         result.switch_jumps = [s.jump for s in episode.switches]
         result.jerk_rms = episode.jerk_rms()
         result.rejected = episode.rejected
+        result.failure = result.failure or episode.failure
         episode.close()
         return result
+
+
+def non_finite_failure(actions: np.ndarray, joint_names: tuple[str, ...], tick: int) -> dict:
+    """The failure record of a chunk with NaN or infinite actions: the tick and the first joint affected."""
+    values = np.asarray(actions, dtype=np.float64)
+    bad = np.flatnonzero(~np.all(np.isfinite(values), axis=0))
+    column = int(bad[0]) if bad.size else 0
+    joint = joint_names[column] if column < len(joint_names) else f"action dim {column}"
+    return {"reason": "non_finite_action", "step": tick, "joint": joint,
+            "message": f"{int(np.sum(~np.isfinite(values)))} NaN or infinite values in the chunk"}
+
+
+def failure_counts(failures: list[dict | None]) -> dict[str, int]:
+    """Episodes that ended early as failed, per reason (``physics_error``, ``non_finite_action``)."""
+    counts: dict[str, int] = {}
+    for failure in failures:
+        if failure is not None:
+            counts[failure["reason"]] = counts.get(failure["reason"], 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def run_episode(
@@ -398,8 +432,10 @@ def summarize(results: list[EpisodeResult], runtime: PolicyRuntime, settings: Ev
         "blank_cameras": settings.blank_cameras,
         "mean_switch_jump_rad": float(np.mean(jumps)) if jumps else None,
         "max_switch_jump_rad": float(np.max(jumps)) if jumps else None,
-        "mean_jerk_rms": float(np.mean([r.jerk_rms for r in results])) if results else None,
+        "mean_jerk_rms_rad_s3": float(np.mean([r.jerk_rms for r in results])) if results else None,  # rad/s³
         "skipped_ticks": sum(r.skipped_ticks for r in results),
+        # episodes ended early as failed, per reason: a physics error (MuJoCo), a chunk of NaN/inf actions
+        "failures": failure_counts([r.failure for r in results]),
         "text_outputs": {task: sum(r.accuracy(task)[1] for r in results) for task in ("language", "memory", ASK_TASK)},
         # Where a policy fails: per named object and per place of it at the start, over the scenes that hold it.
         "success_by_target": _successes_by(present, lambda r: r.spec.target_name),

@@ -22,6 +22,7 @@ import numpy as np
 from oxygen_ros.runtime.trajectory import TimedTrajectory
 
 NS = 1_000_000_000
+KNOT_TOLERANCE_S = 1e-9  # a time this close to a knot's is the knot's (clock stamps are whole nanoseconds)
 
 
 class TrajectoryRejected(ValueError):
@@ -104,9 +105,14 @@ class TrajectoryFollower:
 
     # ------------------------------------------------------------------------------------- motion
     def setpoint(self, t_s: float) -> np.ndarray:
-        """The commanded positions at time ``t_s`` (linear between knots, held outside them)."""
+        """The commanded positions at time ``t_s`` (linear between knots, held outside them). At a knot's time
+        (within a nanosecond) its positions exactly: the same trajectory gives the same setpoints whatever the
+        clock's origin (float seconds since different origins round differently between knots)."""
         if self._times.size == 0:
             return self.positions.copy()
+        at = np.flatnonzero(np.abs(self._times - t_s) < KNOT_TOLERANCE_S)
+        if at.size:
+            return self._knots[at[-1]].copy()
         return np.array([np.interp(t_s, self._times, self._knots[:, j]) for j in range(len(self.joint_names))])
 
     def update(self, now_s: float) -> np.ndarray:

@@ -40,7 +40,11 @@ class AnswerOut:
     @property
     def verdict(self) -> str:
         """The mark in words (the GIF's font has no ✓/✗), with the truth when wrong."""
-        return {"": "", "✓": "(right)", "✗": f"(wrong; true: {self.truth})"}[self.mark]
+        return {"": "", "✓": "-> right", "✗": f"-> wrong (true: {self.truth})"}[self.mark]
+
+    def caption(self) -> str:
+        """One line for a picture: the question, the answer in quotes, the verdict set apart from it."""
+        return f'Q: {self.question}   A: "{self.answer.strip()}"   {self.verdict}'.rstrip()
 
 
 @dataclass
@@ -58,6 +62,7 @@ class EpisodeLog:
     joints: list[tuple[int, np.ndarray]] = field(default_factory=list)  # (stamp, positions)
     truths: list[tuple[int, dict[str, str]]] = field(default_factory=list)  # (stamp, question -> true answer)
     answers: list[AnswerOut] = field(default_factory=list)
+    camera_labels: tuple[str, ...] = ()  # the views side by side in ``frames``, left to right (drawn on them)
 
     def truth_at(self, stamp_ns: int, question: str) -> str | None:
         """The simulator's answer to ``question`` at a time (the last truths published at or before it)."""
@@ -95,8 +100,30 @@ def _latest(items: list[tuple[int, np.ndarray]], stamp_ns: int) -> np.ndarray | 
 
 
 def _said_by(log: EpisodeLog, task: str, stamp_ns: int) -> str:
+    latest = _latest_text(log, task, stamp_ns)
+    return latest.text.strip() if latest else "…"
+
+
+def _latest_text(log: EpisodeLog, task: str, stamp_ns: int) -> TextOut | None:
     done = [t for t in log.texts if t.task == task and t.final_ns <= stamp_ns]
-    return done[-1].text.strip() if done else "…"
+    return done[-1] if done else None
+
+
+def _memory_caption(log: EpisodeLog, stamp_ns: int) -> str:
+    """The latest memory note with the age of the frame it describes (notes come every few frames)."""
+    note = _latest_text(log, "memory", stamp_ns)
+    if note is None:
+        return "memory: …"
+    return f"memory (of the scene {max(0.0, (stamp_ns - note.source_ns) / NS):.1f} s ago): {note.text.strip()}"
+
+
+def _label_views(d: ImageDraw.ImageDraw, labels: tuple[str, ...], width: int, font: ImageFont.ImageFont) -> None:
+    """Each view's name in its top-left corner (views of equal width side by side)."""
+    each = width / max(1, len(labels))
+    for i, label in enumerate(labels):
+        x = round(i * each) + 4
+        d.rectangle([x - 2, 2, x + 7 * len(label) + 4, 18], fill=(0, 0, 0))
+        d.text((x, 3), label, fill=(240, 240, 240), font=font)
 
 
 def episode_frames(log: EpisodeLog, width: int = 320) -> list[Image.Image]:
@@ -104,15 +131,17 @@ def episode_frames(log: EpisodeLog, width: int = 320) -> list[Image.Image]:
     without wrist views shows its frames alone, ``width`` wide at their own aspect (e.g. cameras side by side)."""
     font, small = _font(15), _font(13)
     side = width // 2 if log.wrist else 0
+    answer_lines = max(1, len(log.answers))  # every answer keeps its line once given
     out = []
     for stamp, view in log.frames:
         if stamp < log.start_ns - NS:  # from before the policy was there (the first scene waits for it)
             continue
         height = width if log.wrist else round(width * view.shape[0] / view.shape[1])
-        canvas = Image.new("RGB", (width + side, height + 106), (24, 26, 30))
+        canvas = Image.new("RGB", (width + side, height + 84 + 22 * answer_lines), (24, 26, 30))
         canvas.paste(Image.fromarray(view).resize((width, height), Image.Resampling.BILINEAR), (0, 0))
         wrist = _latest(log.wrist, stamp)
         d = ImageDraw.Draw(canvas)
+        _label_views(d, log.camera_labels, width, small)
         if wrist is not None:
             canvas.paste(Image.fromarray(wrist).resize((side, side), Image.Resampling.NEAREST), (width, 0))
         if log.wrist:
@@ -121,11 +150,10 @@ def episode_frames(log: EpisodeLog, width: int = 320) -> list[Image.Image]:
         t = (stamp - log.start_ns) / NS
         d.text((8, height + 4), f"task: {log.instruction}   t = {max(t, 0):4.1f} s", fill=(235, 235, 235), font=font)
         d.text((8, height + 26), f"narration: {_said_by(log, 'language', stamp)}", fill=(120, 220, 140), font=font)
-        d.text((8, height + 48), f"memory: {_said_by(log, 'memory', stamp)}", fill=(140, 180, 250), font=small)
+        d.text((8, height + 48), _memory_caption(log, stamp), fill=(140, 180, 250), font=small)
         answered = [a for a in log.answers if a.final_ns <= stamp]  # only once the policy answered
-        if answered:
-            a = answered[-1]
-            d.text((8, height + 70), f"asked: {a.question}  answer: {a.answer.strip()} {a.verdict}", fill=(240, 200, 120), font=small)
+        for i, a in enumerate(answered):
+            d.text((8, height + 70 + 22 * i), a.caption(), fill=(240, 200, 120), font=small)
         out.append(canvas)
     if out:  # hold the outcome on the last frame
         last = out[-1].copy()

@@ -1,8 +1,10 @@
 """The ALOHA closed loop in one process, over DDS: ``oxygen_node`` (a robot config such as
 ``config/robots/aloha.yaml``) drives ``oxygen_sim_node``'s MuJoCo ALOHA in lockstep.
 
-What ``oxygen-sim eval --env aloha_transfer_cube`` and ``oxygen-sim expert --through-outputs`` run, and the
-tests. Both nodes are the real ones on one rclpy context, talking through DDS on loopback; the node's
+What ``oxygen-sim eval --env aloha_transfer_cube --through-node`` and ``oxygen-sim expert --through-outputs`` run,
+and the tests. It is the loop without DDS (``oxygen_ros.sim.evaluate`` on ``sim.aloha.episode``) over DDS: the
+same drivers, frames at the same steps, each episode's action noise seeded by its seed at its start, so the same
+seeds give the same chunks and outcomes (a test checks it). Both nodes are the real ones on one rclpy context, talking through DDS on loopback; the node's
 policy is its real runtime (a checkpoint) or, for ``through_outputs``, the same runtime whose action sampler
 returns the scripted expert's actions expressed as the model's normalized output, so everything after the
 network (unnormalization, relative actions, the embodiment's transforms, the config's conversions and
@@ -71,7 +73,7 @@ def run_loop(
     task: str = "transfer_cube",
     *,
     runtime_loader: Callable[[Any], Any] | None = None,
-    image_size: tuple[int, int] = (240, 320),
+    image_size: tuple[int, int] | None = None,
     fast_render: bool = False,
     episode_steps: int = 400,
     gif_every_steps: int = 0,
@@ -82,8 +84,9 @@ def run_loop(
     """Run ``seeds`` episodes of the ALOHA ``task`` with the policy node configured by ``values``.
 
     ``runtime_loader`` replaces ``PolicyRuntime.load`` (see ``through_outputs``); ``on_ready(policy_node,
-    sim_node)`` runs once both exist. ``gif_every_steps`` > 0 records cam_high of the first episode that often,
-    at ``gif_size`` (height, width).
+    sim_node)`` runs once both exist. ``image_size`` (height, width): the cameras' (default: the model's, square,
+    as the loop without DDS renders them). ``gif_every_steps`` > 0 records cam_high of the first episode that
+    often, at ``gif_size`` (height, width).
     """
     import rclpy
     from rclpy.executors import MultiThreadedExecutor
@@ -104,7 +107,7 @@ def run_loop(
         policy = OxygenNode(NODE_NAME, runtime_loader=runtime_loader, parameter_overrides=params, context=context)
         nodes.append(policy)
         period = query_period_steps(policy, DT)
-        height, width = image_size
+        height, width = image_size or (policy.runtime.image_size,) * 2
         sim_params = {"task": task, "episodes": len(seeds), "seed": 0, "episode_steps": episode_steps,
                       "image_height": height, "image_width": width, "fast_render": fast_render,
                       "query_every_steps": period, "instruction_topic": f"/{NODE_NAME}/instruction"}  # fmt: skip
@@ -114,6 +117,9 @@ def run_loop(
         sim = AlohaSimNode(parameter_overrides=[Parameter(k, value=v) for k, v in sim_params.items()], context=context,
                            seeds=seeds)  # fmt: skip
         nodes.append(sim)
+        # Each episode's action noise from its seed, its text schedule from its start, as the loop without DDS
+        # (PolicyRuntime.start_episode): the same seeds give the same chunks and outcomes on both paths.
+        sim.on_episode_start = lambda record: policy.runtime.start_episode(record.seed)
         frames: list[np.ndarray] = []
         if gif_every_steps > 0:
             sim.on_step = lambda d: _record(d, frames, gif_every_steps, *gif_size)

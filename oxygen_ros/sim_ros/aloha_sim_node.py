@@ -61,6 +61,8 @@ ALOHA_PARAMS = (
     ParamSpec("episodes", "int", 3, "Episodes to run, one after another.", low=1, high=1_000_000),
     ParamSpec("seed", "int", 0, "Seed of the first episode (objects drawn as gym-aloha draws them).", low=0, high=2**31 - 1),
     ParamSpec("episode_steps", "int", 400, "Steps (of 20 ms) before an unsolved episode fails.", low=1, high=1_000_000),
+    ParamSpec("steps_after_success", "int", 0, "Steps an episode runs on after reward 4 (a recording then shows the "
+              "cube held by the left arm); the outcome is the step reward 4 came.", low=0, high=1_000_000),
     ParamSpec("instruction", "str", "Transfer cube", "The task's instruction (openpi's aloha_sim prompt)."),
     ParamSpec("instruction_topic", "str", "instruction", "std_msgs/String, latched."),
     ParamSpec("image_width", "int", 320, "Camera image width (4:3 as the real ALOHA's 640 × 480; three rgb8 images of "
@@ -89,6 +91,8 @@ ALOHA_PARAMS = (
     ParamSpec("viewer_every_steps", "int", 0, "> 0: every this many steps the cameras side by side on viewer_topic "
               "(reliable; for recordings such as the demo's GIF); 0: none.", low=0, high=100_000),
     ParamSpec("viewer_topic", "str", "~/viewer/image_raw", "sensor_msgs/Image: the cameras side by side."),
+    ParamSpec("viewer_size", "int", 0, "Each camera's width and height on the viewer, rendered apart (e.g. 224: a recording "
+              "sharper than small policy images); 0: the policy's images themselves.", low=0, high=2048),
     ParamSpec("wait_for_listener", "bool", False, "With viewer_every_steps and wait_for_commander_s: the first episode "
               "also waits for a subscriber to the viewer (a recorder that must not miss the first frames)."),
 )
@@ -108,9 +112,14 @@ class AlohaSimNode(Node):
             raise ConfigError("bad parameter: " + "; ".join(problems))
         self.v = v
         seeds = list(seeds) if seeds is not None else [v["seed"] + i for i in range(v["episodes"])]
-        self.driver = AlohaDriver(seeds, v["task"], v["episode_steps"], tuple(v["joint_prefixes"]), v["fast_render"])
+        self.driver = AlohaDriver(seeds, v["task"], v["episode_steps"], tuple(v["joint_prefixes"]), v["fast_render"],
+                                  v["steps_after_success"])  # fmt: skip
         self.done = threading.Event()
         self.on_step: Callable[[AlohaDriver], None] | None = None  # called after every step (recordings)
+        # called as each episode starts, before its first observation (the lockstep loop in one process seeds the
+        # policy's action noise with the episode's seed there, as the loop without DDS does)
+        self.on_episode_start: Callable[[EpisodeRecord], None] | None = None
+        self._timeouts_explained = False
         self.stats = {"queries": 0, "answers": 0, "stale_answers": 0, "timeouts": 0, "rejected": 0, "stream_commands": 0,
                       "render_s": 0.0, "frames": 0}  # fmt: skip
         self._cond = threading.Condition()
@@ -137,7 +146,7 @@ class AlohaSimNode(Node):
         self._origin: float | None = None
         self._thread = threading.Thread(target=self._run, name="aloha_sim", daemon=True)
         self.get_logger().info(
-            f"ready: ALOHA {v['task']}, {v['episodes']} episodes from seed {v['seed']}, cameras {list(v['camera_names'])} "
+            f"ready: ALOHA {v['task']}, {_seeds_text(seeds)}, cameras {list(v['camera_names'])} "
             f"at {v['image_width']}x{v['image_height']} every {v['query_every_steps']} steps, "
             f"{'lockstep' if v['lockstep'] else 'wall-clock pace'}; joints {self.driver.names}"
         )
@@ -203,7 +212,9 @@ class AlohaSimNode(Node):
             self.get_logger().error(f"simulation stopped: {type(exc).__name__}: {exc}")
         self.driver.physics.physics.free()  # the renderer's GL context belongs to this thread
         ok = sum(e.success for e in self.driver.episodes)
-        self.get_logger().info(f"{len(self.driver.episodes)} episodes done: {ok} succeeded; {self.stats}")
+        broke = sum(e.failure is not None for e in self.driver.episodes)
+        errors = f", {broke} ended by a physics error" if broke else ""
+        self.get_logger().info(f"{len(self.driver.episodes)} episodes done: {ok} succeeded{errors}; {self.stats}")
         self.done.set()
 
     def _wait_for_commander(self) -> None:
@@ -231,8 +242,12 @@ class AlohaSimNode(Node):
             self._inbox.clear()  # commands for the previous scene
             record = self.driver.start_next(self.v["query_every_steps"])
             self._answered_ns = [-1, -1]
+        if record is not None and self.on_episode_start is not None:
+            self.on_episode_start(record)
         if record is not None:
             self._report("start", record)
+            if self.v["lockstep"]:  # a policy that seeds each episode (episode_topic) has the start before its frame
+                self._episode_pub.wait_for_all_acked(Duration(seconds=1.0))
             self.get_logger().info(f"episode {record.index + 1}: seed {record.seed}")
 
     def _step(self) -> None:
@@ -257,10 +272,10 @@ class AlohaSimNode(Node):
         if self.on_step is not None:
             self.on_step(d)
         if ended is not None:
-            self._publish_viewer(self._render() if self._viewer_pub is not None else [], d.time_ns)  # the scene it ended in
+            self._publish_viewer(self._render_viewer() if self._viewer_pub is not None else [], d.time_ns)  # the scene it ended in
             self._report("end", ended)
-            outcome = f"success at step {ended.success_step}" if ended.success else f"failed (best reward {ended.best_reward})"
-            self.get_logger().info(f"episode {ended.index + 1}: {outcome}")
+            say = self.get_logger().warning if ended.failure else self.get_logger().info
+            say(f"episode {ended.index + 1}: {ended.outcome()}" + ("; the scene is reset for the next episode" if ended.failure else ""))
 
     def _pace_origin(self) -> float:
         """The wall time (monotonic) at which sim time 0 was, for lockstep: false."""
@@ -304,18 +319,28 @@ class AlohaSimNode(Node):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     self.stats["timeouts"] += 1
-                    what = "a trajectory for the observation" if query else "a gripper command for the step"
-                    self.get_logger().warning(
-                        f"no {what} at {now_ns / 1e9:.2f} s (sim time) within {self.v['lockstep_timeout_s']:g} s: "
-                        f"stepping on with the last commands (query_every_steps {self.v['query_every_steps']} must be the "
-                        "policy's replan period, and the images must reach it: large images sent best effort between "
-                        "processes can be lost)", throttle_duration_sec=5.0)  # fmt: skip
+                    self._warn_timeout(now_ns, query)
                     return
                 self._cond.wait(timeout=min(left, 0.05))
         if query:
             self.stats["answers"] += 1
             if any(a < now_ns for a in self._answered_ns):
                 self.stats["stale_answers"] += 1
+
+    def _warn_timeout(self, now_ns: int, query: bool) -> None:
+        """A lockstep wait ran out: the causes in full the first time, one short line after that."""
+        what = "trajectory for the observation" if query else "gripper command for the step"
+        line = (f"no {what} at {now_ns / 1e9:.2f} s (sim time) within {self.v['lockstep_timeout_s']:g} s: stepping on "
+                f"with the last commands ({self.stats['timeouts']} timeouts)")  # fmt: skip
+        if self._timeouts_explained:
+            self.get_logger().warning(line, throttle_duration_sec=5.0)
+            return
+        self._timeouts_explained = True
+        self.get_logger().warning(
+            f"{line}. Likely causes: the policy refuses the images (its camera_widths/camera_heights must be this "
+            f"node's image_width x image_height, {self.v['image_width']}x{self.v['image_height']}: its log names the "
+            f"size it wants); query_every_steps {self.v['query_every_steps']} is not the policy's replan period; large "
+            "images sent best effort between processes are lost")  # fmt: skip
 
     def _publish_observation(self, now_ns: int, images: bool) -> None:
         stamp = ns_to_stamp(now_ns)
@@ -330,19 +355,25 @@ class AlohaSimNode(Node):
         viewer = self._viewer_pub is not None and self.driver.episodes[-1].steps % self.v["viewer_every_steps"] == 0
         if not images and not viewer:
             return
-        frames = self._render()
+        frames = self._render() if images or not self.v["viewer_size"] else []
         if images:
             for camera, pub, frame in zip(self.v["camera_names"], self._camera_pubs, frames):
                 pub.publish(array_to_image(frame, stamp=now_ns, frame_id=camera))
             self.stats["frames"] += len(self._camera_pubs)
         if viewer:
-            self._publish_viewer(frames, now_ns)
+            self._publish_viewer(self._render_viewer() if self.v["viewer_size"] else frames, now_ns)
 
-    def _render(self) -> list[np.ndarray]:
+    def _render(self, height: int = 0, width: int = 0) -> list[np.ndarray]:
         started = time.perf_counter()
-        frames = [self.driver.physics.render(c, self.v["image_height"], self.v["image_width"]) for c in self.v["camera_names"]]
+        height, width = height or self.v["image_height"], width or self.v["image_width"]
+        frames = [self.driver.physics.render(c, height, width) for c in self.v["camera_names"]]
         self.stats["render_s"] += time.perf_counter() - started
         return frames
+
+    def _render_viewer(self) -> list[np.ndarray]:
+        """The cameras for the viewer: at ``viewer_size`` when set, else the policy's images."""
+        size = self.v["viewer_size"]
+        return self._render(size, size) if size else self._render()
 
     def _publish_viewer(self, frames: list[np.ndarray], now_ns: int) -> None:
         if self._viewer_pub is not None:
@@ -382,3 +413,10 @@ def _wiring_problems(v: dict[str, Any]) -> list[str]:
         if len(v[key]) != 2:
             problems.append(f"{key} needs two entries (left, right), got {len(v[key])}")
     return problems
+
+
+def _seeds_text(seeds: list[int]) -> str:
+    """"3 episodes, seeds 12345-12347" (consecutive) or the seeds listed."""
+    consecutive = seeds == list(range(seeds[0], seeds[0] + len(seeds)))
+    listed = f"{seeds[0]}-{seeds[-1]}" if consecutive and len(seeds) > 1 else ", ".join(map(str, seeds))
+    return f"{len(seeds)} episode{'s' if len(seeds) != 1 else ''}, seed{'s' if len(seeds) != 1 else ''} {listed}"

@@ -17,12 +17,12 @@ import sys
 import threading
 from typing import Sequence
 
-from oxygen_ros.ros.main import Options, parse_options, signal_when_parent_dies
+from oxygen_ros.ros.main import Options, parse_options, require_params_files, signal_when_parent_dies
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        return _run(parse_options(sys.argv if argv is None else argv))
+        return _run(require_params_files(parse_options(sys.argv if argv is None else argv), "oxygen_sim_node"))
     except SystemExit as exc:
         return int(exc.code or 0)
 

@@ -38,14 +38,19 @@ def norm_stats() -> dict:
     return {"norm_stats": {"state": state, "actions": actions}}
 
 
-def write_small_checkpoint(folder: Path, seed: int = 0, config: ModelConfig = ALOHA_SMALL) -> tuple[Path, Path]:
-    """Write the checkpoint to ``folder/pi05_aloha_small`` and a tokenizer beside it; returns both paths."""
+def write_small_checkpoint(folder: Path, seed: int = 0, config: ModelConfig = ALOHA_SMALL,
+                           action_scale: float = 1.0) -> tuple[Path, Path]:  # fmt: skip
+    """Write the checkpoint to ``folder/pi05_aloha_small`` and a tokenizer beside it; returns both paths.
+    ``action_scale``: the action output projection multiplied by it (e.g. 30: a deliberately wild model whose
+    outputs lie far outside the statistics' range, as a bad fine-tune's can)."""
     torch.manual_seed(seed)
     model = Pi05Model(config)
     with torch.no_grad():
         gen = torch.Generator().manual_seed(seed)
         for p in model.parameters():
             p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+        for p in model.action_out_proj.parameters():
+            p.mul_(action_scale)
     checkpoint = save_checkpoint(model.eval(), Path(folder) / "pi05_aloha_small", "openpi", norm_stats(), ASSET_ID)
     tokenizer = Path(folder) / "tokenizer.model"
     train_tokenizer(tokenizer, config.vocab_size)

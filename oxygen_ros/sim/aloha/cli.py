@@ -38,13 +38,15 @@ def _mean(values: list[float]) -> float | None:
 
 
 def episode_summary(episodes: list[dict[str, Any]]) -> dict[str, Any]:
-    """success_rate, mean steps and time to success (s) of finished episodes."""
+    """success_rate, mean steps and time to success (s) of finished episodes, the early failures per reason."""
+    from ..evaluate import failure_counts
     from .units import DT
 
     ok = [e["success_step"] for e in episodes if e["success"]]
     return {"success_rate": len(ok) / max(1, len(episodes)), "mean_success_step": _mean(ok),
             "mean_time_to_success_s": _mean([s * DT for s in ok]),
-            "mean_episode_steps": _mean([e["steps"] for e in episodes]), "episodes": len(episodes)}  # fmt: skip
+            "mean_episode_steps": _mean([e["steps"] for e in episodes]), "episodes": len(episodes),
+            "failures": failure_counts([e.get("failure") for e in episodes])}  # fmt: skip
 
 
 def _direct(seeds: list[int], task: str, quiet: bool) -> list[dict[str, Any]]:
@@ -52,12 +54,17 @@ def _direct(seeds: list[int], task: str, quiet: bool) -> list[dict[str, Any]]:
 
     from .expert import expert_episode, replay
 
+    from .physics import SceneUnstable
+
     out = []
     for seed in tqdm(seeds, desc="expert", disable=quiet, file=sys.stderr):
         plan = expert_episode(seed, task)
-        step = replay(plan.actions, seed, task)
+        try:
+            step, failure = replay(plan.actions, seed, task), None
+        except SceneUnstable as exc:  # the episode fails; the next one runs
+            step, failure = None, exc.failure
         out.append({"seed": seed, "success": step is not None, "success_step": step,
-                    "steps": step or plan.steps, "ee_reward": plan.ee_reward})  # fmt: skip
+                    "steps": step or plan.steps, "ee_reward": plan.ee_reward, "failure": failure})  # fmt: skip
     return out
 
 
@@ -104,7 +111,7 @@ def _offline(args: argparse.Namespace, params_file: Path) -> int:
 
     from ..evaluate import EpisodeLoop, answers_by_kind, drive, evaluate as run_all, summarize
     from .evaluation import eval_config, episode_specs, expert_as_model, load_params, small_checkpoint
-    from .recording import EpisodeRecorder
+    from .recording import GIF_STEPS_AFTER_SUCCESS, EpisodeRecorder
 
     if args.expert_as_model and args.envs > 1:
         print("oxygen-sim: --expert-as-model runs one environment (its expert follows one episode at a time)", file=sys.stderr)
@@ -131,7 +138,8 @@ def _offline(args: argparse.Namespace, params_file: Path) -> int:
             else:
                 runtime, expert, running = PolicyRuntime.load(config), None, None
         except RuntimeLoadError as exc:
-            print(f"oxygen-sim: {exc}", file=sys.stderr)
+            hint = " (--device cpu runs it on the CPU)" if "CUDA is not available" in str(exc) else ""
+            print(f"oxygen-sim: {exc}{hint}", file=sys.stderr)
             return 1
         kept = {"instruction": args.instruction} if args.instruction is not None else {}
         try:
@@ -142,9 +150,9 @@ def _offline(args: argparse.Namespace, params_file: Path) -> int:
         started = time.perf_counter()
         results, gif = [], None
         with torch.inference_mode():
-            if args.gif:  # the first episode recorded: the same episode (its result does not depend on being filmed)
-                loop = EpisodeLoop(runtime, specs[0], settings)
-                recorder = EpisodeRecorder(loop, runtime.image_size)
+            if args.gif:  # the first episode recorded: the same episode, run on 1 s past a hand-over (same outcome)
+                loop = EpisodeLoop(runtime, dataclasses.replace(specs[0], steps_after_success=GIF_STEPS_AFTER_SUCCESS), settings)
+                recorder = EpisodeRecorder(loop)
                 results.append(drive(loop))
                 gif = recorder.write(results[0], Path(args.gif))
         try:
@@ -167,6 +175,7 @@ def _offline(args: argparse.Namespace, params_file: Path) -> int:
         summary["gif"] = shown(gif)
     if args.json_out:
         episodes = [{"seed": r.spec.seed, "place": r.place, "success": r.success, "time_to_success_s": r.time_to_success_s,
+                     "failure": r.failure,
                      "chunks": r.chunks, "rejected": r.rejected, "texts": [vars(t) for t in r.texts]} for r in results]  # fmt: skip
         Path(args.json_out).write_text(json.dumps({"summary": summary, "episodes": episodes}, indent=1))
     print(json.dumps(summary))

@@ -22,6 +22,7 @@ from oxygen_ros.runtime import PolicyRuntime
 from ..dagger import OnPolicyData, collect_episodes
 from .dataset import CAMERAS, INSTRUCTION, STRIDE, AlohaSample, make_sample, training_seeds
 from .env import AlohaEnv
+from .physics import SceneUnstable
 from .expert import EPISODE_STEPS
 from .replan import ReplanningExpert
 
@@ -47,8 +48,7 @@ def _labelled_episode(seed: int) -> tuple[bool, list[AlohaSample]]:
     env, expert = AlohaEnv(fast_render=True), ReplanningExpert()
     env.reset(seed)
     expert.begin(seed)
-    runtime.engine.robot("").generator.manual_seed(seed)
-    runtime.forget_chunk("")
+    runtime.start_episode(seed)  # the noise of the episode's seed, as in evaluation
     samples: list[AlohaSample] = []
     chunk: np.ndarray | None = None
     for k in range(EPISODE_STEPS):
@@ -62,7 +62,10 @@ def _labelled_episode(seed: int) -> tuple[bool, list[AlohaSample]]:
             with torch.inference_mode():
                 chunk = runtime.step(frame).actions
         assert chunk is not None
-        env.step(chunk[k % N_ACTION_STEPS])
+        try:
+            env.step(chunk[k % N_ACTION_STEPS])
+        except SceneUnstable:  # the policy broke the physics: the episode ends there, its samples so far kept
+            break
         if env.success:
             break
     env.physics.physics.free()

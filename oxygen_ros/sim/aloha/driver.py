@@ -7,7 +7,7 @@ controller per gripper taking the gripper joint's radians, and joint states in t
 actuators get the trajectory's setpoint for the end of each step (an action of a chunk belongs to the end of
 its step, as in gym-aloha where action k is the target during step k); the gripper's finger goes where the
 joint command puts it. Episodes run one after another on one clock (sim time, from 0), each ending at
-reward 4 or after ``episode_steps``.
+reward 4 (or ``steps_after_success`` later), after ``episode_steps``, or at a physics error (failed).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 from oxygen_ros.runtime.trajectory import TimedTrajectory
 
 from ..follower import TrajectoryFollower, TrajectoryRejected
-from .physics import SUCCESS_REWARD, AlohaPhysics
+from .physics import SUCCESS_REWARD, AlohaPhysics, PhysicsError, physics_failure
 from .units import ARM_JOINTS, DT, START_ARM, finger_to_gripper_joint, gripper_joint_to_finger
 
 NS = 1_000_000_000
@@ -41,15 +41,36 @@ class EpisodeRecord:
     steps: int = 0
     success_step: int | None = None  # steps into the episode at which reward 4 came
     best_reward: int = 0
+    failure: dict | None = None  # why it ended early: {"reason": "physics_error", "step", "joint", "message"}
 
     @property
     def success(self) -> bool:
         return self.success_step is not None
 
+    def ended(self, episode_steps: int, steps_after_success: int = 0) -> bool:
+        """At the step limit, a physics error, or ``steps_after_success`` steps after reward 4 came."""
+        after = self.success_step is not None and self.steps >= self.success_step + steps_after_success
+        return self.steps >= episode_steps or self.failure is not None or after
+
     def as_dict(self, event: str) -> dict:
         return {"event": event, "index": self.index, "seed": self.seed, "success": self.success,
                 "success_step": self.success_step, "steps": self.steps, "best_reward": self.best_reward,
-                "clock_start_ns": round(self.start_step * DT * NS)}  # fmt: skip
+                "failure": self.failure, "clock_start_ns": round(self.start_step * DT * NS)}  # fmt: skip
+
+    def outcome(self) -> str:
+        """One line for a log: success, a physics error (step, joint) or no hand-over."""
+        if self.success:
+            return f"success at step {self.success_step}"
+        if self.failure is not None:
+            return f"failed: {failure_text(self.failure)}"
+        return f"failed (best reward {self.best_reward})"
+
+
+def failure_text(failure: dict) -> str:
+    """An episode's early failure in words: "physics_error at step 37 (joint right_shoulder): ..."."""
+    joint = f" (joint {failure['joint']})" if failure.get("joint") else ""
+    message = f": {failure['message']}" if failure.get("message") else ""
+    return f"{failure['reason']} at step {failure['step']}{joint}{message}"
 
 
 @dataclass
@@ -59,6 +80,7 @@ class AlohaDriver:
     episode_steps: int = 400
     prefixes: tuple[str, str] = ("left_", "right_")
     fast_render: bool = False
+    steps_after_success: int = 0  # an episode runs on this long after reward 4 (a recording shows the hand-over end)
     physics: AlohaPhysics = field(init=False)
     episodes: list[EpisodeRecord] = field(default_factory=list, init=False)
     step_count: int = field(default=0, init=False)  # global steps: sim time = step_count · DT
@@ -82,7 +104,7 @@ class AlohaDriver:
     @property
     def episode(self) -> EpisodeRecord | None:
         """The episode running now (None before the first and after the last)."""
-        if not self.episodes or self.episodes[-1].steps >= self.episode_steps or self.episodes[-1].success:
+        if not self.episodes or self.episodes[-1].ended(self.episode_steps, self.steps_after_success):
             return None
         return self.episodes[-1]
 
@@ -139,7 +161,10 @@ class AlohaDriver:
         return self.physics.dataset_state()
 
     def step(self) -> EpisodeRecord | None:
-        """One control step of the running episode; returns its record when this step ended it."""
+        """One control step of the running episode; returns its record when this step ended it. MuJoCo finding
+        the state unstable (``PhysicsError``: a NaN, Inf or huge acceleration, e.g. from commands far outside
+        the joints' range) ends the episode as failed, with the step and the joint in ``record.failure``; the
+        next ``start_next`` resets the scene."""
         record = self.episode
         if record is None:
             return None
@@ -148,7 +173,13 @@ class AlohaDriver:
         self.physics.set_arm_targets(targets)
         fingers = gripper_joint_to_finger(self._gripper_rad)
         self.physics.set_finger_targets(float(fingers[0]), float(fingers[1]))
-        self.physics.step()
+        try:
+            self.physics.step()
+        except PhysicsError as exc:
+            self.step_count += 1
+            record.steps += 1
+            record.failure = physics_failure(self.physics, record.steps, exc, self.prefixes)
+            return record
         self.step_count += 1
         record.steps += 1
         reward = self.physics.reward()

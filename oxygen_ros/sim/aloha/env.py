@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .physics import CAMERAS, SUCCESS_REWARD, AlohaPhysics
+from .physics import CAMERAS, SUCCESS_REWARD, AlohaPhysics, PhysicsError, SceneUnstable, physics_failure
 from .units import DT, normalized_to_finger
 
 # openpi's ALOHA image keys → the scene's cameras (cam_high is the top camera, as openpi's aloha_sim uses it).
@@ -43,13 +43,17 @@ class AlohaEnv:
         return self.physics.dataset_state()
 
     def step(self, action: np.ndarray) -> int:
-        """Apply one 14-value action for one step; returns the reward after it."""
+        """Apply one 14-value action for one step; returns the reward after it. Raises `SceneUnstable` (the
+        step, the joint) when MuJoCo finds the state unstable."""
         a = np.asarray(action, dtype=np.float64)
         if a.shape != (14,) or not np.all(np.isfinite(a)):
             raise ValueError(f"an ALOHA action is 14 finite values, got shape {a.shape}")
         self.physics.set_arm_targets(np.concatenate([a[:6], a[7:13]]))
         self.physics.set_finger_targets(float(normalized_to_finger(a[6])), float(normalized_to_finger(a[13])))
-        self.physics.step()
+        try:
+            self.physics.step()
+        except PhysicsError as exc:  # MuJoCo reset the data itself; the next reset starts a new episode
+            raise SceneUnstable(physics_failure(self.physics, self.physics.steps + 1, exc)) from exc
         reward = self.physics.reward()
         self.best_reward = max(self.best_reward, reward)
         return reward

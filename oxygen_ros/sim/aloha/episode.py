@@ -42,12 +42,14 @@ class WiringError(ValueError):
 
 @dataclass(frozen=True)
 class AlohaWiring:
-    """How a params file meets the drivers: the state's joint names and the outputs (dims, conversions)."""
+    """How a params file meets the drivers: the state's joint names, the outputs (dims, conversions) and the
+    cameras' size (width, height) its ``camera_widths``/``camera_heights`` ask for (None: any, the model's)."""
 
     state_joints: tuple[str, ...]
     outputs: tuple[OutputSpec, ...]
     limits: Mapping[str, OutputLimits] = field(default_factory=lambda: MappingProxyType({}))  # the guard's, per output
     resume_blend_s: float = 0.0  # the guard's blend from the measured state after a hold or at the start
+    camera_size: tuple[int, int] | None = None
 
     @property
     def action_joints(self) -> tuple[str, ...]:
@@ -73,6 +75,7 @@ class AlohaEpisodeSpec:
     fast_render: bool = True  # the training data's look: no shadows, no anti-aliasing
     family: str = "plain"
     target_name: str = "cube"
+    steps_after_success: int = 0  # steps run on after reward 4 (a recording shows the left arm holding the cube)
     on_start: Callable[["AlohaEpisode"], None] | None = field(default=None, compare=False, repr=False)
 
     def make_episode(self, control_period_s: float, time_limit_s: float) -> "AlohaEpisode":
@@ -85,7 +88,8 @@ class AlohaEpisodeSpec:
 class AlohaEpisode:
     def __init__(self, spec: AlohaEpisodeSpec, episode_steps: int = EPISODE_STEPS) -> None:
         self.spec = spec
-        self.driver = AlohaDriver([spec.seed], spec.task, episode_steps, fast_render=spec.fast_render)
+        self.driver = AlohaDriver([spec.seed], spec.task, episode_steps, fast_render=spec.fast_render,
+                                  steps_after_success=spec.steps_after_success)  # fmt: skip
         self.record = self.driver.start_next()
         self.physics = self.driver.physics
         self._origin_step = self.driver.step_count  # the driver's clock never starts at 0; the episode's does
@@ -126,13 +130,20 @@ class AlohaEpisode:
         return self.record.success
 
     @property
+    def failure(self) -> dict | None:
+        """Why the episode ended early as failed (MuJoCo's physics error: step, joint, message), else None."""
+        return self.record.failure
+
+    @property
     def success_time_s(self) -> float | None:
         return None if self.record.success_step is None else self.record.success_step * DT
 
     # ----------------------------------------------------------------------------------- observation
     def images(self, size: int) -> tuple[np.ndarray, ...]:
-        """cam_high and the two wrist cameras, square, as the training data renders them."""
-        return tuple(camera_images(self.physics, size, size, CAMERAS).values())
+        """cam_high and the two wrist cameras at the params file's camera size, else square at ``size`` (the
+        model's, as the training data renders them): what the simulator node sends the policy node."""
+        width, height = self.spec.wiring.camera_size or (size, size)
+        return tuple(camera_images(self.physics, height, width, CAMERAS).values())
 
     @property
     def state(self) -> np.ndarray:
@@ -145,6 +156,13 @@ class AlohaEpisode:
 
     def labels(self) -> dict[str, str | None]:
         return {"language": scene_texts.phase(self.physics), "memory": scene_texts.memory_note(self.physics)}
+
+    def question_due(self, chunk: int, asked: int) -> bool:
+        """The first question with the frame of chunk 1 (the cube where it started); each later one with the next
+        frame at which an arm holds the cube (so "the right arm" and "in the right gripper" are truths too)."""
+        if asked == 0:
+            return chunk == 1
+        return chunk > 1 and scene_texts.holder(self.physics) is not None
 
     def draw_question(self, rng: np.random.Generator, split: str) -> tuple[str, str]:
         """One of ``scene_texts.QUESTIONS`` and its answer now (one phrasing each: ``split`` changes nothing)."""

@@ -47,10 +47,20 @@ def load_params(params_file: Path, overrides: Mapping[str, Any] | None = None) -
     values = with_resolved_paths(values, Path(params_file).resolve().parent.parent)  # also next to the file's config/
     values.update(overrides or {})
     node, config = settings_from_values(values)
-    wiring = AlohaWiring(node.joint_names, node.outputs, node.limits, node.resume_blend_s)
+    wiring = AlohaWiring(node.joint_names, node.outputs, node.limits, node.resume_blend_s, camera_size(node.camera_sizes))
     settings = EvalSettings(control_period_s=node.control_period_s, step_period_s=node.action_step_period_s,
                             time_limit_s=EPISODE_STEPS * DT, joint_names=wiring.action_joints, limits=JointLimits())  # fmt: skip
     return AlohaParams(config, settings, wiring, node.camera_sizes)
+
+
+def camera_size(sizes: tuple[tuple[int, int], ...]) -> tuple[int, int] | None:
+    """The one (width, height) a file's camera slots ask for, None when they accept any; ValueError for slots
+    of different sizes (one simulator renders all its cameras at one size)."""
+    wanted = {s for s in sizes if s != (0, 0)}
+    if len(wanted) > 1 or any(0 in s for s in wanted):
+        raise ValueError(f"camera_widths/camera_heights {sorted(wanted)}: the simulated ALOHA renders its three cameras "
+                         "at one size (give every slot the same width and height)")  # fmt: skip
+    return wanted.pop() if wanted else None
 
 
 def eval_config(config: RuntimeConfig, tokens_per_frame: int | None = None, engine_mode: str | None = None) -> RuntimeConfig:
@@ -89,13 +99,13 @@ class RunningEpisode:
 
 
 @contextmanager
-def small_checkpoint(seed: int = 0) -> Iterator[dict[str, str]]:
-    """A small random ALOHA-shaped checkpoint (``checkpoint.write_small_checkpoint``) in a temporary folder,
-    as parameter overrides for ``load_params``."""
+def small_checkpoint(seed: int = 0, action_scale: float = 1.0) -> Iterator[dict[str, str]]:
+    """A small random ALOHA-shaped checkpoint (``checkpoint.write_small_checkpoint``, its action output scaled
+    by ``action_scale``) in a temporary folder, as parameter overrides for ``load_params``."""
     from .checkpoint import write_small_checkpoint
 
     with tempfile.TemporaryDirectory() as work:
-        checkpoint, tokenizer = write_small_checkpoint(Path(work), seed)
+        checkpoint, tokenizer = write_small_checkpoint(Path(work), seed, action_scale=action_scale)
         yield {"checkpoint": str(checkpoint), "tokenizer": str(tokenizer)}
 
 

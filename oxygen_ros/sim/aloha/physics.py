@@ -13,8 +13,10 @@ from dataclasses import dataclass
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # before dm_control imports MuJoCo's renderer
 
+import mujoco as mj  # noqa: E402
 import numpy as np  # noqa: E402
 from dm_control import mujoco  # noqa: E402
+from dm_control.rl.control import PhysicsError  # noqa: E402
 from gym_aloha.constants import ASSETS_DIR  # noqa: E402
 from gym_aloha.utils import sample_box_pose, sample_insertion_pose  # noqa: E402
 
@@ -181,3 +183,36 @@ class AlohaPhysics:
         if camera not in CAMERAS:
             raise ValueError(f"unknown camera {camera!r}; choose one of {list(CAMERAS)}")
         return self.physics.render(height=height, width=width, camera_id=camera)
+
+
+# MuJoCo's instability warnings; each one's ``lastinfo`` is the index of the offending DOF (QACC, QVEL) or qpos.
+_BAD_STATE = {mj.mjtWarning.mjWARN_BADQACC: "dof", mj.mjtWarning.mjWARN_BADQVEL: "dof", mj.mjtWarning.mjWARN_BADQPOS: "qpos"}
+
+
+def unstable_joint(scene: AlohaPhysics, prefixes: tuple[str, str] = ("left_", "right_")) -> str | None:
+    """The joint MuJoCo last found unstable (a NaN, Inf or huge acceleration, velocity or position), named as the
+    driver names it (``right_shoulder``; an object's joint by its own name), or None when no warning says."""
+    model, warnings = scene.physics.model, scene.physics.data.warning
+    for warning, kind in _BAD_STATE.items():
+        if warnings.number[int(warning)] == 0:
+            continue
+        index = int(warnings.lastinfo[int(warning)])
+        joint = int(model.dof_jntid[index]) if kind == "dof" else int(np.searchsorted(model.jnt_qposadr, index, side="right") - 1)
+        name = model.id2name(joint, "joint")
+        for arm, prefix in zip(ARMS, prefixes):
+            name = name.replace(f"vx300s_{arm}/", prefix)
+        return name
+    return None
+
+
+class SceneUnstable(PhysicsError):
+    """MuJoCo found the scene unstable during a step: ``failure`` says when and where (an episode's outcome)."""
+
+    def __init__(self, failure: dict) -> None:
+        super().__init__(failure["message"])
+        self.failure = failure
+
+
+def physics_failure(scene: AlohaPhysics, step: int, exc: PhysicsError, prefixes: tuple[str, str] = ("left_", "right_")) -> dict:
+    """An episode's outcome for MuJoCo's ``PhysicsError`` at ``step`` (1-based): reason, step, joint, message."""
+    return {"reason": "physics_error", "step": step, "joint": unstable_joint(scene, prefixes), "message": str(exc)}

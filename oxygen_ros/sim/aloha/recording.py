@@ -1,5 +1,6 @@
-"""A GIF of one ALOHA episode of the closed loop: the three cameras side by side as the policy sees them
-(upscaled), with the streamed narration, memory note and answers as captions (``oxygen_ros.sim.media``).
+"""A GIF of one ALOHA episode of the closed loop: the three cameras side by side (rendered at the GIF's size,
+sharper than the policy's small images), with the streamed narration, memory note and answers as captions
+(``oxygen_ros.sim.media``).
 
 The recorder hangs on the episode's physics steps: every ``every_steps`` steps it renders the cameras, and it
 captions each text from the step at which the loop collected it on.
@@ -15,20 +16,22 @@ from oxygen_ros.engine import ASK_TASK
 
 from ..evaluate import EpisodeLoop, EpisodeResult
 from ..media import AnswerOut, EpisodeLog, TextOut, write_gif
+from .env import camera_images
 from .episode import CAMERAS, AlohaEpisode
 from .units import DT
 
 NS = 1_000_000_000
 CAMERA_PIXELS = 192  # each camera's width in the GIF (the policy's images upscaled)
 GIF_EVERY_STEPS = 5  # a GIF frame every 0.1 s of sim time, shown at 10 fps: real time
+GIF_STEPS_AFTER_SUCCESS = 50  # the filmed episode runs 1 s past the hand-over: the left arm seen holding the cube
 
 
 class EpisodeRecorder:
-    def __init__(self, loop: EpisodeLoop, image_size: int, every_steps: int = GIF_EVERY_STEPS) -> None:
+    def __init__(self, loop: EpisodeLoop, every_steps: int = GIF_EVERY_STEPS) -> None:
         if not isinstance(loop.episode, AlohaEpisode):
             raise TypeError("the recorder records MuJoCo ALOHA episodes")
-        self.loop, self.image_size, self.every_steps = loop, image_size, every_steps
-        self.log = EpisodeLog(0, loop.spec.instruction, start_ns=0)
+        self.loop, self.every_steps = loop, every_steps
+        self.log = EpisodeLog(0, loop.spec.instruction, start_ns=0, camera_labels=CAMERAS)
         self._seen = 0  # text records already captioned
         loop.episode.on_step = self._on_step
         self._on_step(loop.episode)  # the scene at the start
@@ -43,7 +46,8 @@ class EpisodeRecorder:
                 self.log.texts.append(TextOut(record.task, record.text, now, now))
         self._seen = len(text.records)
         if episode.steps % self.every_steps == 0:
-            self.log.frames.append((now, np.concatenate(episode.images(self.image_size), axis=1)))
+            views = camera_images(episode.physics, CAMERA_PIXELS, CAMERA_PIXELS, CAMERAS).values()
+            self.log.frames.append((now, np.concatenate(list(views), axis=1)))
 
     def write(self, result: EpisodeResult, path: Path) -> Path:
         self.log.end_ns = round(result.duration_s * NS)
