@@ -9,6 +9,9 @@ Several robots (``add_robot``): ``tick_many`` takes one frame from each robot th
 all in one batched call (each robot's prefix into its own extent of the pool), samples all their action
 chunks in one batched call (B robots × H actions) and forks each robot's text from its own prefix; every robot's text requests advance in the same ``decode_step``. A robot's chunk is the
 one a one-robot engine gives on the same frame and noise, up to floating-point rounding.
+
+Why one file of this size: the tick, the batched decode step and the fleet tick share one invariant (what each
+request and prefix holds in the KV pool, and when it is released); one class keeps it in one place.
 """
 
 from __future__ import annotations

@@ -28,6 +28,10 @@ two in its constructor): configure = validate the parameters, load model, tokeni
 up, create the publishers and the `~/ask` action server; activate = subscriptions, the control timer and
 the model thread live; deactivate = stop ticking and finish live text (final deltas published, KV freed);
 cleanup = release everything. Parameters and the diagnostics timer exist from construction on.
+
+Why one file of this size: the node's own sequence (parameters → robot ports → the model thread's tick
+and decode → holds) reads best in one place; the parts that stand alone live beside it (node_inputs, node_jumps,
+node_report, controller_outputs, safety_port, episode_starts).
 """
 
 from __future__ import annotations
@@ -406,8 +410,8 @@ class OxygenNode(InputCallbacks, ClockJumps, NodeReport, Node):
         observations: dict[str, Observation] = {}
         for port in due:
             seed = port.episodes.due(now_ns) if port.episodes is not None else None
-            if seed is not None:  # a simulator's episode began: its noise and text schedule from its seed
-                self.runtime.start_episode(seed, port.key)
+            if seed is not None:
+                self.start_episode(seed, port)
             got = self._frame_of(port, now_ns, epoch)
             if got is not None:
                 observations[port.key], frames[port.key] = got
@@ -549,6 +553,15 @@ class OxygenNode(InputCallbacks, ClockJumps, NodeReport, Node):
             port.log.inputs_lost(message)  # one line; /diagnostics shows the reason every period
         else:
             port.log.warn(kind, f"no action chunk this tick: {message}")
+
+    def start_episode(self, seed: int, port: RobotPorts | None = None) -> None:
+        """A simulator's episode began (on this robot, or on all): its action noise and text schedule from its seed,
+        and commands blended from where the scene put the arm, as ``oxygen-sim eval``'s fresh guard per episode."""
+        for p in [port] if port is not None else self._ports:
+            self.runtime.start_episode(seed, p.key)
+            if p.safety is not None:
+                with p.outputs.lock:
+                    p.safety.guard.start_over()
 
     # ---------------------------------------------------------------------------------- holds
     def _hold(self, port: RobotPorts, kind: str, reason: str) -> None:

@@ -3,6 +3,9 @@
 It loads the model (a preset with seeded random weights, or a checkpoint), the tokenizer and the
 normalization statistics, turns raw observations into model inputs with clear errors, runs the engine in
 the configured mode, and returns actions in robot units. No ROS here.
+
+Why one file of this size: it is the one object every tool drives (node, bag tools, simulators, server), and
+its loading, observation checks and step/decode calls share its state; the pieces that stand alone live beside it.
 """
 
 from __future__ import annotations

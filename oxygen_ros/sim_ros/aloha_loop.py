@@ -118,8 +118,8 @@ def run_loop(
                            seeds=seeds)  # fmt: skip
         nodes.append(sim)
         # Each episode's action noise from its seed, its text schedule from its start, as the loop without DDS
-        # (PolicyRuntime.start_episode): the same seeds give the same chunks and outcomes on both paths.
-        sim.on_episode_start = lambda record: policy.runtime.start_episode(record.seed)
+        # (OxygenNode.start_episode): the same seeds give the same chunks and outcomes on both paths.
+        sim.on_episode_start = lambda record: policy.start_episode(record.seed)
         frames: list[np.ndarray] = []
         if gif_every_steps > 0:
             sim.on_step = lambda d: _record(d, frames, gif_every_steps, *gif_size)

@@ -11,6 +11,9 @@ Loading is strict: every weight of the model must be present with the right shap
 be left over; all problems are reported in one :class:`CheckpointError`. The model is built on the meta
 device and each tensor is read from the file straight into its final memory (``tensor_stream``), so weights
 are read once, never initialized randomly, and never held twice.
+
+Why one file of this size: the load and save paths of the three layouts share one strict key check and one
+error report (every problem at once); key maps and config readers live beside it.
 """
 
 from __future__ import annotations

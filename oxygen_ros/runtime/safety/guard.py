@@ -236,6 +236,11 @@ class SafetyGuard:
         for guard in self.outputs.values():
             guard.reset(now_ns)
 
+    def start_over(self) -> None:
+        """A new episode: the scene put the arm somewhere else. Every output as at the start (nothing sent, no
+        hold position kept; the next commands blend from the measured state); a stop input stays as it is."""
+        self.outputs = {name: OutputGuard(g.spec, g.limits, g.step_period_s, g.blend_s) for name, g in self.outputs.items()}
+
 
 def hold_trajectory(spec: OutputSpec, command: np.ndarray | None, step_period_s: float) -> TimedTrajectory | None:
     """A joint trajectory output's hold: one point at ``command`` reached in one step period, started on receipt
