@@ -144,8 +144,10 @@ class EpisodeLoop:
     ``switches``, ``rejected``, ``failure`` (why it ended early as failed, e.g. MuJoCo's physics error; None)
     and ``jerk_rms()``; ``close()`` frees what it holds once the result is taken.
 
-    A chunk with non-finite actions is not delivered (the node sends no command for it) and ends the episode
-    as failed (``non_finite_action``, the tick and the first joint affected): the next episode runs."""
+    A chunk with non-finite actions is not delivered (the node sends no command for it). Where the episode's
+    guard has limits (``holds_bad_chunks``: the ALOHA's params file with limits) its outputs hold, as the node's
+    do, and the episode goes on; else it ends as failed (``non_finite_action``, the tick and the first joint
+    affected) and the next episode runs."""
 
     def __init__(self, runtime: PolicyRuntime, spec: Any, settings: EvalSettings, robot: str = "") -> None:
         if runtime.config.engine_mode == "oxygen" and runtime.config.tokens_per_frame < 1:
@@ -204,9 +206,12 @@ class EpisodeLoop:
         t = self.tick * settings.control_period_s
         self._last_chunk_s = t
         self.text.add(step.events)
-        if not np.all(np.isfinite(step.actions)):  # the node sends nothing for it; the episode fails here
+        if not np.all(np.isfinite(step.actions)):  # the node sends nothing for it
             runtime.forget_chunk(self.robot)
-            self.result.failure = non_finite_failure(step.actions, settings.joint_names, self.tick)
+            if getattr(self.episode, "holds_bad_chunks", False):  # its guard holds the arms, as the node's: go on
+                self.episode.hold("bad_output", "the model's actions contain NaN or infinite values")
+            else:  # nothing between the model and the arm: the episode fails here
+                self.result.failure = non_finite_failure(step.actions, settings.joint_names, self.tick)
             self.result.chunks += 1
             self.tick += 1
             return

@@ -214,6 +214,12 @@ class AlohaEpisode:
         except TrajectoryRejected as exc:
             self.rejected.append(f"{spec.name}: {exc}")
 
+    @property
+    def holds_bad_chunks(self) -> bool:
+        """Whether a chunk that is no command (NaN, far out of range) holds the outputs rather than failing the
+        episode: the params file gives the guard limits, as the node's guard then holds."""
+        return any(limits.any for limits in self.spec.wiring.limits.values())
+
     def hold(self, kind: str, reason: str) -> None:
         """Every output to its hold command now (as the node's guard does): the arms and grippers stay where their
         controllers were told they are; the next chunk blends from the measured state."""
