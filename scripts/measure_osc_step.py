@@ -9,9 +9,9 @@ config/robots/libero.yaml's Servo scales and test/fixtures/robosuite_osc_step.js
 
 robosuite is not a dependency of the package: run this in a throwaway environment, e.g.
 
-    python3.11 -m venv /tmp/robosuite-venv
-    /tmp/robosuite-venv/bin/pip install 'robosuite==1.4.1' 'mujoco==3.8.1'
-    /tmp/robosuite-venv/bin/python scripts/measure_osc_step.py > test/fixtures/robosuite_osc_step.json
+    python3.11 -m venv <robosuite-venv>
+    <robosuite-venv>/bin/pip install 'robosuite==1.4.1' 'mujoco==3.8.1'
+    <robosuite-venv>/bin/python scripts/measure_osc_step.py > test/fixtures/robosuite_osc_step.json
 
 (LIBERO pins robosuite 1.4; its OSC code is the same in 1.4.1.)
 """
