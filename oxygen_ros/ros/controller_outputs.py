@@ -72,8 +72,9 @@ class ControllerOutputs:
         s = self.settings
         if self.guard.state.stopped:
             return 0
+        values = {spec.name: spec.values(actions) for spec in s.outputs}  # converted once, checked and sent
         for spec in s.outputs:
-            problem = self.guard.chunk_problem(spec, spec.values(actions))
+            problem = self.guard.chunk_problem(spec, values[spec.name])
             if problem:
                 raise UnsafeChunk(problem)
         now_ns = self._now_ns()
@@ -83,7 +84,7 @@ class ControllerOutputs:
             if spec.type != "joint_trajectory":
                 continue
             limits = limits_for(spec, s.joint_names, s.joint_limits_lower, s.joint_limits_upper)
-            timed, n = aligned_trajectory(spec.values(actions), spec.joints, s.step_period_s, limits, stamp_ns, latency_s,
+            timed, n = aligned_trajectory(values[spec.name], spec.joints, s.step_period_s, limits, stamp_ns, latency_s,
                                           n_action_steps, mode)  # fmt: skip
             guarded = self.guard.trajectory(spec, timed, now_ns)
             clamped += n

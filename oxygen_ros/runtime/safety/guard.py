@@ -35,9 +35,8 @@ class OutputGuard:
     """One output's commands held to its limits, with what it last commanded."""
 
     def __init__(self, spec: OutputSpec, limits: OutputLimits, step_period_s: float, blend_s: float = DEFAULT_BLEND_S) -> None:
-        self.spec, self.limits = spec, limits
-        self.step_period_s, self.blend_s = step_period_s, blend_s
-        self._vel, self._dist, self._lower, self._upper = limits.arrays()
+        self.spec, self.step_period_s = spec, step_period_s
+        self.set_limits(limits, blend_s)
         self._last: np.ndarray | None = None  # the last streamed command / the velocity commanded last
         self._last_ns: int | None = None
         self._trajectory: tuple[np.ndarray, np.ndarray] | None = None  # (absolute times ns, positions) last sent
@@ -45,6 +44,10 @@ class OutputGuard:
         self._held: np.ndarray | None = None  # the hold position after a hold (None: the measured one)
         self._resume_ns: int | None = None
         self._resume_from: np.ndarray | None = None
+
+    def set_limits(self, limits: OutputLimits, blend_s: float) -> None:
+        self.limits, self.blend_s = limits, blend_s
+        self._vel, self._dist, self._lower, self._upper = limits.arrays()
 
     @property
     def velocity(self) -> bool:
@@ -194,9 +197,7 @@ class SafetyGuard:
     def set_limits(self, limits: Mapping[str, OutputLimits], blend_s: float) -> None:
         """New limits (a parameter changed); what was commanded stays."""
         for name, guard in self.outputs.items():
-            guard.limits = limits.get(name) or OutputLimits.none(guard.spec)
-            guard._vel, guard._dist, guard._lower, guard._upper = guard.limits.arrays()
-            guard.blend_s = blend_s
+            guard.set_limits(limits.get(name) or OutputLimits.none(guard.spec), blend_s)
 
     def measured_of(self, spec: OutputSpec, now_ns: int | None = None) -> np.ndarray | None:
         """The output's joints as measured (None: a joint not measured, or velocity/twist outputs)."""
