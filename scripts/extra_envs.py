@@ -148,7 +148,7 @@ def make(env: ExtraEnv) -> str:
         if usable(env):
             stamp.write_text(spec_hash(env) + "\n")
             return "kept"
-        print(f"[setup] making the {env.name} environment in {folder(env)} (pip: {' '.join(env.requirements)})",
+        print(f"[extra_envs] making the {env.name} environment in {folder(env)} (pip: {' '.join(env.requirements)})",
               flush=True)  # fmt: skip
         folder(env).parent.mkdir(parents=True, exist_ok=True)
         made = _run([sys.executable, "-m", "venv", "--clear", str(folder(env))], 300)
@@ -174,9 +174,9 @@ def make_all(names: list[str]) -> int:
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as error:
             failed.append(str(error))
     if done:
-        print(f"[setup] extra environments in {cache_root()}: {', '.join(done)}")
+        print(f"[extra_envs] environments in {cache_root()}: {', '.join(done)}")
     for message in failed:
-        print(f"[setup] WARNING: {message}; the tests that need it will skip saying so", file=sys.stderr)
+        print(f"[extra_envs] WARNING: {message}; the tests that need it will skip saying so", file=sys.stderr)
     return 1 if failed else 0
 
 
