@@ -103,6 +103,14 @@ class ControllerOutputs:
             self._stream_due()  # the first command goes out with the chunk
         return clamped
 
+    def count_refusal(self, actions: np.ndarray) -> None:
+        """Count a chunk refused before it reached `publish_chunk` (its message could not be made: NaN), as the
+        guard counts the chunks it refuses."""
+        try:
+            self.guard.check_chunk({spec.name: spec.values(actions) for spec in self.settings.outputs})
+        except (ValueError, IndexError):  # actions of another shape: the error itself is logged
+            pass
+
     def hold(self) -> None:
         """Every output to its hold command now; the streamed chunk is dropped (the guard's state is the caller's)."""
         with self.lock:

@@ -64,7 +64,7 @@ from . import node_params
 from .ask_server import AskServer
 from oxygen_ros.interface.topic_names import robot_topic
 
-from .controller_outputs import ControllerOutputs
+from .controller_outputs import ControllerOutputs, UnsafeChunk
 from .diagnostics import Diagnostics
 from .robot_clocks import RobotClocks
 from .robot_log import RobotLog
@@ -445,6 +445,8 @@ class OxygenNode(InputCallbacks, ClockJumps, NodeReport, Node):
             try:
                 self._publish_step(port, observations[port.key], result, start)
             except Exception as exc:  # e.g. NaN actions: no chunk rather than a wrong one
+                if not isinstance(exc, UnsafeChunk) and port.outputs is not None:
+                    port.outputs.count_refusal(result.actions)  # refused before the outputs saw it (NaN)
                 # first: within the period; sent even while holding already (the tick's answer: a lockstep
                 # simulator steps on)
                 self._hold(port, "bad_output", f"no command from this chunk: {exc}", answer=True)
