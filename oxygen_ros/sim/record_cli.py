@@ -37,5 +37,7 @@ def add_record_parser(sub: Any) -> None:
     rec.add_argument("--camera-every", type=int, default=1, metavar="STEPS", help="an image per camera every this many steps (default 1)")
     rec.add_argument("--images", choices=("raw", "png", "jpeg"), default="raw",
                      help="cameras as sensor_msgs/Image (raw, default) or sensor_msgs/CompressedImage (png, jpeg)")  # fmt: skip
+    rec.add_argument("--whole-episodes", action="store_true",
+                     help="ALOHA: every episode runs its 8 s, on past the hand-over (default: it ends at the hand-over)")  # fmt: skip
     rec.add_argument("--overwrite", action="store_true", help="replace an existing bag")
     rec.add_argument("--quiet", action="store_true")
