@@ -1,6 +1,6 @@
 """``oxygen-replay``: make a demo bag, replay a bag offline through the policy, or play a bag live.
 
-Exit codes: 0 success (warnings go to stderr), 1 an ``eval`` over its thresholds, 2 a problem with the inputs (missing or damaged bag, bad
+Exit codes: 0 success (warnings go to stderr), 1 an ``eval`` over its thresholds, 3 an ``eval`` judged on a damaged bag, 2 a problem with the inputs (missing or damaged bag, bad
 parameters file, model that fails to load, bad arguments) reported as one ``oxygen-replay: error:``
 line, 130 an offline replay interrupted with Ctrl-C (its partial output bag is removed). A live replay
 stopped with Ctrl-C or SIGTERM ends cleanly with 0.

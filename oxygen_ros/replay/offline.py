@@ -187,8 +187,10 @@ class OfflineReplay:
                 store.reject_image(slot, str(exc), stamp, recv)
                 return
             store.put_image(slot, image, stamp, recv, str(obj.header.frame_id))
+            self._stamped(msg.topic, stamp, recv)
         elif msg.topic in self.state_source:
             stamp = stamp_to_ns(obj.header.stamp)
+            self._stamped(msg.topic, stamp, recv)
             source = self.state_source[msg.topic]
             prefix = self.config.settings.joint_sources[source].prefix
             self.guard.measured.put([prefix + n for n in obj.name], list(obj.position), recv)
@@ -200,6 +202,10 @@ class OfflineReplay:
             store.put_joint_state(positions, stamp, recv, source)
         elif msg.topic == self.config.instruction_topic:
             store.put_instruction(str(obj.data), recv)
+
+    def _stamped(self, topic: str, stamp_ns: int, received_ns: int) -> None:
+        """A camera image or joint state taken in, with its header stamp and recorded time (for tools that look
+        at the inputs' timing)."""
 
     def _skip(self, tick: int, now_ns: int, t0: int, kind: str, reason: str) -> None:
         self.skips[kind] += 1
@@ -347,14 +353,14 @@ class OfflineReplay:
             store = self._input_store(runtime)
             s = self.config.settings
             t0, end = reader.start_ns, reader.end_ns
-            n_ticks = (end - t0) // self.period_ns + 1 if reader.message_count else 0
+            instants = self._tick_instants(t0, end) if reader.message_count else []
+            n_ticks = len(instants)
             period_s = self.period_ns / NS_PER_S
             messages = reader.messages(topics)
             pending = next(messages, None)
             now = t0
             with self._open_output() as writer:
-                for tick in range(n_ticks):
-                    now = t0 + round(tick * NS_PER_S / s.control_rate_hz)
+                for tick, now in enumerate(instants):
                     while pending is not None and pending.timestamp_ns <= now:
                         self._feed(store, reader, pending)
                         pending = next(messages, None)
@@ -366,6 +372,11 @@ class OfflineReplay:
             truncated = reader.truncated
         stats = runtime.stats()
         return self._summary(runtime, stats, n_ticks, t0, end, truncated, time.perf_counter() - wall_start)
+
+    def _tick_instants(self, t0: int, end: int) -> list[int]:
+        """The control ticks' bag times: from the bag's first message, every period, to its last."""
+        rate = self.config.settings.control_rate_hz
+        return [t0 + round(k * NS_PER_S / rate) for k in range((end - t0) // self.period_ns + 1)]
 
     def _check_output(self) -> None:
         if self.output.resolve() == self.bag.resolve():

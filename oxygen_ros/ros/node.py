@@ -391,7 +391,7 @@ class OxygenNode(InputCallbacks, ClockJumps, NodeReport, Node):
         """One control tick: the frame of every robot that is due and has usable inputs, one engine tick for
         them all, then each robot's chunk and controller commands."""
         s, rt = self.settings, self.runtime
-        self._jump_watch.check(self._now_ns())  # system time stepped (under sim time rcl reports jumps itself)
+        self._jump_watch.check()  # system time stepped (under sim time rcl reports jumps itself)
         timeline = self._restart_after_jumps()
         now_s = self._now_ns() / 1e9
         clocks = self._clocks
