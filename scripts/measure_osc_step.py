@@ -7,11 +7,12 @@ grip-site pose and lets the controller chase it for 1/20 s. This prints the moti
 the steady mean over the later ones) and its fraction of the nominal 0.05 m / 0.5 rad, as JSON, so
 config/robots/libero.yaml's Servo scales and test/fixtures/robosuite_osc_step.json can be checked against it.
 
-robosuite is not a dependency of the package: run this in a throwaway environment, e.g.
+robosuite is not a dependency of the package: run this in the environment of its own that
+scripts/extra_envs.py makes on request (robosuite==1.4.1, mujoco==3.8.1, under ~/.cache/oxygen_ros/):
 
-    python3.11 -m venv <robosuite-venv>
-    <robosuite-venv>/bin/pip install 'robosuite==1.4.1' 'mujoco==3.8.1'
-    <robosuite-venv>/bin/python scripts/measure_osc_step.py > test/fixtures/robosuite_osc_step.json
+    .venv/bin/python scripts/extra_envs.py make robosuite-osc
+    "$(.venv/bin/python scripts/extra_envs.py path robosuite-osc)"/bin/python scripts/measure_osc_step.py \
+        > test/fixtures/robosuite_osc_step.json
 
 (LIBERO pins robosuite 1.4; its OSC code is the same in 1.4.1.)
 """

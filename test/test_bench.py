@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 
+from compiler_needed import needs_compiler
 from oxygen_ros.bench.report import add_comparisons, interpolate_decode
 from oxygen_ros.bench.machine import MATRIX_FEATURES, cpu_flags
 from oxygen_ros.bench.workload import bf16_supported
@@ -27,7 +27,7 @@ def run_bench(out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]
     return proc, json.loads((out / "results.json").read_text())
 
 
-@pytest.mark.skipif(compiler_available() is not None, reason="inductor needs a C++ compiler")
+@needs_compiler
 def test_bench_with_the_compiled_chunk_reports_both_and_the_before_points(tmp_path: Path) -> None:
     proc, results = run_bench(tmp_path, "--modes", "action_only", "oxygen", "--lengths", "2", "--tokens-per-frame", "1",
                               "--actions", "compiled", "--before", "--eager-prefill")

@@ -26,7 +26,6 @@ import torch
 
 # The CPU flags under which bfloat16 products run natively (a dot-product instruction, not a conversion).
 NATIVE_BFLOAT16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
-DTYPE_CHOICES = ("auto", "float32", "bfloat16")
 
 
 def cpu_flags() -> set[str]:
