@@ -82,6 +82,7 @@ class PolicyServer:
             return
         peer = "%s:%s" % ws.remote_address[:2] if ws.remote_address else "?"
         served, why = 0, "closed by the client"
+        between_requests = False
         self.stats.count("connections")
         self.open_connections += 1
         log.info("client %s connected as robot %r (%d connected)", peer, robot or "robot0", self.open_connections)
@@ -90,7 +91,9 @@ class PolicyServer:
             prev_total_ms: float | None = None
             while True:
                 start = time.monotonic()
+                between_requests = True  # every reply sent: a client may end here (openpi's has no close())
                 message = await ws.recv()
+                between_requests = False
                 received = time.monotonic()
                 try:
                     obs = self.layout.observation(unpack(message), self.options.default_prompt)
@@ -108,8 +111,10 @@ class PolicyServer:
                 self.stats.count("requests")
                 prev_total_ms = (time.monotonic() - start) * 1000
         except ConnectionClosed as exc:
-            if exc.rcvd is None:
-                why = "connection lost"
+            if exc.rcvd is None and between_requests:  # a client process that ended after its last reply
+                why = "ended by the client after its last reply, without a closing handshake"
+            elif exc.rcvd is None:
+                why = "connection lost during a request"
                 self.stats.count("disconnects.abrupt")
         finally:
             self.scheduler.release(robot)
