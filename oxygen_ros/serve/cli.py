@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import gc
 import json
 import logging
 import signal
@@ -138,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ParamsFileError, ConfigError, RuntimeLoadError, ValueError) as exc:
         print(f"oxygen-serve: {exc}", file=sys.stderr)
         return 2
+    # The loaded model is ~300k objects that live as long as the process; a full collection walks them all
+    # (about 300 ms on a 2-core machine), holding the GIL and so the event loop. Frozen, they are skipped.
+    gc.collect()
+    gc.freeze()
     server.scheduler.start()
     try:
         asyncio.run(_serve(server))
