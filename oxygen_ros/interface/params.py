@@ -16,14 +16,11 @@ import re
 from typing import Any, Sequence
 
 from oxygen_ros.embodiment import ADAPTERS
-from oxygen_ros.engine.modes import MODES
+from oxygen_ros.engine.mode_names import MODES
+from oxygen_ros.model.network.choices import ACTION_BACKENDS, PACK_CHOICES, PREFILL_BACKENDS, SCHEDULES
 from oxygen_ros.engine.questions import ASK_TASK
-from oxygen_ros.model.backends.action_sampler import BACKENDS as ACTION_BACKENDS
-from oxygen_ros.model.backends.compiled_prefill import PREFILL_BACKENDS
 from oxygen_ros.model.network.config import PRESETS
 from oxygen_ros.model.checkpoints.key_maps import VARIANTS
-from oxygen_ros.model.network.packed_decode import PACK_CHOICES
-from oxygen_ros.model.network.rtc import SCHEDULES
 from oxygen_ros.runtime import RuntimeConfig
 from oxygen_ros.runtime.alignment import REPLAN, TIME_ALIGNMENTS
 from oxygen_ros.runtime.config import NORM_MODE_CHOICES, PROMPT_FORMAT_CHOICES, RESIZE_MODE_CHOICES

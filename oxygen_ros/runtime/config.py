@@ -8,15 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from oxygen_ros.embodiment import ADAPTERS, Conversions, parse_conversions
-from oxygen_ros.engine.modes import MODES
-from oxygen_ros.model.backends.action_sampler import BACKENDS as ACTION_BACKENDS
-from oxygen_ros.model.backends.compiled_prefill import PREFILL_BACKENDS
+from oxygen_ros.engine.mode_names import MODES
+from oxygen_ros.model.network.choices import ACTION_BACKENDS, PACK_CHOICES, PREFILL_BACKENDS, RESIZE_MODES, SCHEDULES
 from oxygen_ros.model.network.config import PRESETS
 from oxygen_ros.model.checkpoints.key_maps import VARIANTS
-from oxygen_ros.model.network.packed_decode import PACK_CHOICES
 from oxygen_ros.model.tokenizers.prompt import PROMPT_FORMATS
-from oxygen_ros.model.network.preprocess import RESIZE_MODES
-from oxygen_ros.model.network.rtc import SCHEDULES
 
 from .alignment import REPLAN, TIME_ALIGNMENTS
 

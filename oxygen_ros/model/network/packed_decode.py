@@ -22,11 +22,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from oxygen_ros.model.network.choices import PACK_CHOICES  # "auto" packs where the copies fit PACK_LIMIT_BYTES
+
 # A second copy of the decode weights costs memory: at the bench preset 185 MB, for a full pi0.5 about 5 GB
 # (its backbone and the 257k-token head). Beyond this the copy is not made (the plain products still run).
 PACK_LIMIT_BYTES = 1 << 30
-# How an engine packs: "auto" where the copies fit PACK_LIMIT_BYTES, "on" whatever they take, "off" never.
-PACK_CHOICES = {"auto": None, "on": True, "off": False}
 
 _ACTIVE: contextvars.ContextVar[bool] = contextvars.ContextVar("oxygen_packed_products", default=False)
 # The packed copies, by the module that owns the weight (a PackedLinear, or the model for its text head). Kept
