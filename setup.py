@@ -45,6 +45,7 @@ setup(
             "oxygen-replay = oxygen_ros.replay.cli:main",
             "oxygen-sim = oxygen_ros.apps.oxygen_sim:main",
             "oxygen-serve = oxygen_ros.serve.cli:main",
+            "oxygen-ctl = oxygen_ros.ros.ctl:main",
             "oxygen_sim_node = oxygen_ros.sim_ros.main:main",
             "oxygen-train-demo = oxygen_ros.train.cli:main",
         ],

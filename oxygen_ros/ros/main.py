@@ -16,6 +16,7 @@ up unconfigured instead), 2 for a bad command line.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -33,6 +34,12 @@ USAGE = (
     "  --params-file PATH  ROS 2 parameters YAML (same as --ros-args --params-file PATH); repeatable,\n"
     "                      later files override earlier ones\n"
     "  --ros-args ...      standard ROS arguments (-p name:=value, -r __ns:=/robot, --params-file, ...)"
+)
+LIFECYCLE_USAGE = (
+    "usage: oxygen_lifecycle_node [--autostart] [--params-file PATH]... [--ros-args ...]\n"
+    "  the managed node (oxygen_node --lifecycle): starts unconfigured, driven by ~/change_state\n"
+    "  --autostart         configure and activate at start\n"
+    + USAGE.split("\n", 3)[3]  # the options after --lifecycle and --autostart, as oxygen_node's
 )
 NODE_FLAGS = ("--lifecycle", "--autostart", "--exit-with-parent")
 SHUTDOWN_TIMEOUT_S = 10.0
@@ -101,10 +108,10 @@ def _die(message: str, code: int = 1, program: str = "oxygen_node") -> None:
     raise SystemExit(code)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, usage: str = USAGE) -> int:
     """Console entry point; returns the exit code."""
     try:
-        return _run(require_params_files(parse_options(sys.argv if argv is None else argv)))
+        return _run(require_params_files(parse_options(sys.argv if argv is None else argv, usage)))
     except SystemExit as exc:  # --help, or _die: the message is printed already
         return int(exc.code or 0)
 
@@ -112,19 +119,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 def require_params_files(options: Options, program: str = "oxygen_node") -> Options:
     """The options, after checking that every --params-file names a readable file (rcl's own message for a
     missing one is its YAML parser's "Error opening YAML file, at .../parser.c"); SystemExit(2) saying which."""
-    args = options.args
-    for flag, path in zip(args, args[1:]):
-        if flag == "--params-file" and not os.path.isfile(path):
-            where = f" (from {os.getcwd()})" if not os.path.isabs(path) else ""
-            print(f"{program}: error: --params-file {path}: no such file{where}", file=sys.stderr, flush=True)
+    from oxygen_ros.runtime.paths import resolve_data_path, where_looked
+
+    args = list(options.args)
+    for i, (flag, path) in enumerate(zip(args, args[1:])):
+        if flag != "--params-file":
+            continue
+        found = resolve_data_path(path)  # a relative path from the working directory, else the package's folders
+        if not os.path.isfile(found):
+            print(f"{program}: error: --params-file {path}: no such file{where_looked(path)}", file=sys.stderr, flush=True)
             raise SystemExit(2)
-    return options
+        args[i + 1] = found
+    return dataclasses.replace(options, args=args)
 
 
 def lifecycle_main() -> int:
     """`oxygen_lifecycle_node`: the managed node (add --autostart to configure and activate at start)."""
     argv = list(sys.argv)
-    return main([argv[0], "--lifecycle", *argv[1:]])
+    return main([argv[0], "--lifecycle", *argv[1:]], LIFECYCLE_USAGE)
 
 
 class ShutdownRequest:
