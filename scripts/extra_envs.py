@@ -10,9 +10,10 @@ and skip with "run bash scripts/setup.sh" when it is missing. Usage (standard li
     python scripts/extra_envs.py list            # name, state, folder
     python scripts/extra_envs.py path NAME       # its folder
 
-A new environment is one more ``ExtraEnv`` in ``ENVS``. Each folder holds a stamp, the hash of its spec: with
-the stamp matching and its Python there it is ready, else it is remade (under a lock, so clones setting up at
-once wait for each other); a venv already there whose pinned versions and probe pass is kept, not reinstalled.
+A new environment is one more ``ExtraEnv`` in ``ENVS``: pip requirements, and/or a build script (e.g. sources
+built with cmake into the venv, made only where ``only_if`` exists), and a probe. Each folder holds a stamp, the
+hash of its spec: with the stamp matching and its Python there it is ready, else it is remade (under a lock, so
+clones setting up at once wait for each other); a venv without a stamp whose requirements and probe pass is kept.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -38,11 +40,12 @@ MAKE_HINT = "run bash scripts/setup.sh"
 class ExtraEnv:
     name: str
     folder: str  # under the cache root
-    requirements: tuple[str, ...]  # pip requirement strings; `name==version` ones are checked when adopting a venv
+    requirements: tuple[str, ...]  # pip requirement strings (`name` or `name==version`)
     probe: str  # Python run in the environment; it must exit 0 once the environment is usable
     used_by: str  # what needs it (said in `list` and in the skip reason)
     on_setup: bool = True  # made by scripts/setup.sh; False: only on request (`make NAME`)
     only_if: str | None = None  # a repo-relative path that must exist (e.g. sources to build); else not made
+    build: str | None = None  # a repo-relative bash script run after pip as `bash SCRIPT FOLDER` (its text is in the stamp)
 
     def applies(self) -> bool:
         return self.only_if is None or (REPO / self.only_if).exists()
@@ -94,8 +97,10 @@ def python_of(env: ExtraEnv) -> Path:
 
 
 def spec_hash(env: ExtraEnv) -> str:
-    """What the stamp records: the hash of the spec (a changed requirement or probe remakes the environment)."""
-    spec = {"requirements": env.requirements, "probe": env.probe}
+    """What the stamp records: the hash of the spec (a changed requirement, probe or build script remakes it)."""
+    spec: dict = {"requirements": env.requirements, "probe": env.probe}
+    if env.build:
+        spec["build"] = (REPO / env.build).read_text()
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
@@ -126,17 +131,30 @@ def _run(cmd: list[str], timeout_s: float) -> subprocess.CompletedProcess:
 
 
 def usable(env: ExtraEnv) -> bool:
-    """The venv there has every pinned version and its probe passes (a venv made before stamps existed)."""
+    """The venv there has every requirement (pinned ones at their version) and its probe passes."""
     if not python_of(env).exists():
         return False
-    pins = dict(r.split("==", 1) for r in env.requirements if "==" in r)
+    wanted = {re.match(r"[A-Za-z0-9._-]+", r).group(0): r.split("==", 1)[1] if "==" in r else None
+              for r in env.requirements}  # fmt: skip
     check = ("import importlib.metadata as m, json, sys\n"
-             f"pins = json.loads({json.dumps(json.dumps(pins))})\n"
-             "sys.exit(any(m.version(n) != v for n, v in pins.items()))\n")  # fmt: skip
+             f"wanted = json.loads({json.dumps(json.dumps(wanted))})\n"
+             "def ok(name, version):\n"
+             "    try:\n"
+             "        return version is None or m.version(name) == version\n"
+             "    except m.PackageNotFoundError:\n"
+             "        return False\n"
+             "sys.exit(not all(ok(n, v) for n, v in wanted.items()))\n")  # fmt: skip
     try:
         return all(_run([str(python_of(env)), "-c", code], 120).returncode == 0 for code in (check, env.probe))
     except subprocess.TimeoutExpired:
         return False
+
+
+def _what_failed(done: subprocess.CompletedProcess) -> str:
+    """The last ERROR line pip printed, else the last line of output, else the exit status."""
+    lines = (done.stderr or done.stdout).strip().splitlines()
+    errors = [line for line in lines if line.startswith("ERROR")]
+    return (errors or lines or [f"exit status {done.returncode}"])[-1]
 
 
 def make(env: ExtraEnv) -> str:
@@ -145,21 +163,28 @@ def make(env: ExtraEnv) -> str:
         if problem(env) is None:
             return "ready"
         stamp = folder(env) / STAMP
-        if usable(env):
+        # A venv made before stamps existed is kept when it passes; a stale stamp or a build step always remakes.
+        if not stamp.exists() and env.build is None and usable(env):
             stamp.write_text(spec_hash(env) + "\n")
             return "kept"
-        print(f"[extra_envs] making the {env.name} environment in {folder(env)} (pip: {' '.join(env.requirements)})",
-              flush=True)  # fmt: skip
+        steps = []
+        if env.requirements:
+            steps.append(f"pip {' '.join(env.requirements)}")
+        if env.build:
+            steps.append(f"bash {env.build}")
+        print(f"[extra_envs] making the {env.name} environment in {folder(env)} ({', '.join(steps)})", flush=True)
         folder(env).parent.mkdir(parents=True, exist_ok=True)
-        made = _run([sys.executable, "-m", "venv", "--clear", str(folder(env))], 300)
-        if made.returncode == 0:
+        without_pip = [] if env.requirements else ["--without-pip"]
+        made = _run([sys.executable, "-m", "venv", "--clear", *without_pip, str(folder(env))], 300)
+        if made.returncode == 0 and env.requirements:
             made = _run([str(python_of(env)), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                          *env.requirements], 1200)  # fmt: skip
+        if made.returncode == 0 and env.build:
+            made = _run(["bash", str(REPO / env.build), str(folder(env))], 3600)
         if made.returncode == 0:
             made = _run([str(python_of(env)), "-c", env.probe], 120)
         if made.returncode != 0:
-            last = (made.stderr or made.stdout).strip().splitlines()
-            raise RuntimeError(f"could not make {env.name}: {last[-1] if last else made.returncode}")
+            raise RuntimeError(f"could not make {env.name}: {_what_failed(made)}")
         stamp.write_text(spec_hash(env) + "\n")
         return "made"
 

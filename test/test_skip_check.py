@@ -84,3 +84,40 @@ def test_every_allowed_reason_is_one_a_test_gives() -> None:
     sources = "\n".join(p.read_text() for p in HERE.glob("*.py") if p.name != Path(__file__).name)
     prefixes = check_skips.allowed_prefixes(check_skips.ALLOWED)
     assert prefixes and [p for p in prefixes if p not in sources] == []
+
+
+def _ci_tree(tmp_path: Path, planted: str) -> Path:
+    """.ci/run and the checker as they are, beside a scripts/test.sh that runs pytest on one planted file."""
+    repo = HERE.parent
+    tree = tmp_path / "clone"
+    for part in (".ci/run", "scripts/check_skips.py", "test/allowed_skips.txt"):
+        (tree / part).parent.mkdir(parents=True, exist_ok=True)
+        (tree / part).write_text((repo / part).read_text())
+    (tree / ".venv").symlink_to(repo / ".venv")
+    (tree / "test" / "test_planted.py").write_text(planted)
+    (tree / "scripts" / "test.sh").write_text(
+        f'exec "{sys.executable}" -m pytest -q -p conftest -p no:cacheprovider test/test_planted.py\n')
+    return tree
+
+
+def _ci_run(tree: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(HERE), "OXYGEN_IN_NETNS": "1"}
+    env.pop("OXYGEN_SKIP_REPORT", None)  # .ci/run sets its own
+    return subprocess.run(["bash", ".ci/run"], capture_output=True, text=True, timeout=300, env=env, cwd=tree)
+
+
+ALLOWED_ONLY = 'import pytest\n\n@pytest.mark.skipif(True, reason="needs a CUDA device")\ndef test_gpu():\n    pass\n'
+
+
+def test_ci_run_prints_the_skips_and_fails_on_a_disallowed_one(tmp_path: Path) -> None:
+    done = _ci_run(_ci_tree(tmp_path, PLANTED))
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "skipped tests by reason (3):" in done.stdout and "FAIL: 2 skipped test(s)" in done.stdout
+
+    done = _ci_run(_ci_tree(tmp_path / "allowed", ALLOWED_ONLY))
+    assert done.returncode == 0 and "skipped tests by reason (1):" in done.stdout and "FAIL" not in done.stdout
+
+
+def test_ci_run_keeps_a_failed_tests_status_and_still_prints_the_skips(tmp_path: Path) -> None:
+    done = _ci_run(_ci_tree(tmp_path, ALLOWED_ONLY + "\ndef test_fails():\n    assert False\n"))
+    assert done.returncode == 1 and "1 failed" in done.stdout and "skipped tests by reason (1):" in done.stdout
