@@ -169,3 +169,17 @@ def test_a_bag_that_cannot_be_judged_is_refused_before_the_model_loads(env: Simp
     assert code == 2 and "camera topic /camera/wrist/image_raw is not in the bag" in err, err
     code, _, err = run_eval(capsys, env.bag, unloadable)  # the same model on a good bag: the model's error
     assert code == 2 and "camera topic" not in err and str(broken_model) in err, err
+
+
+def test_episode_events_back_to_back_bound_each_episode() -> None:
+    from oxygen_ros.replay.episodes import from_events, from_gaps, tick_instants
+
+    # the simulator's recorder: an episode's end and the next one's start at the same instant
+    episodes = from_events([0, 8 * NS, 16 * NS], [8 * NS, 16 * NS, 24 * NS], 24 * NS)
+    assert [(e.start_ns, e.end_ns) for e in episodes] == [(0, 8 * NS), (8 * NS, 16 * NS), (16 * NS, 24 * NS)]
+    assert [(e.start_ns, e.end_ns) for e in from_events([0, 5 * NS], [], 9 * NS)] == [(0, 5 * NS), (5 * NS, 9 * NS)]
+    paused = from_gaps([0, NS // 2, NS, 3 * NS, 3 * NS + NS // 2], 1.0, 0, 4 * NS, 0)
+    assert [(e.start_ns, e.end_ns, e.source) for e in paused] == [(0, NS, "gap"), (3 * NS, 3 * NS + NS // 2, "gap")]
+    assert from_gaps([0, NS // 2, NS], 1.0, -5, 2 * NS, 0)[0].source == "bag"
+    ticks = tick_instants(paused, NS // 2, 2.0)
+    assert ticks == [(0, 0), (0, NS // 2), (0, NS), (1, 3 * NS), (1, 3 * NS + NS // 2)]
