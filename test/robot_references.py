@@ -16,8 +16,8 @@ its source so the tests can hold the package against it (the constants carry the
   to [output_min, output_max]), ``controllers/osc.py`` (``set_goal``, OSC_POSE's default output_max 0.05 m and
   0.5 rad) and ``utils/control_utils.py`` (``set_goal_position``: current + delta; ``set_goal_orientation``:
   the delta rotation pre-multiplied, i.e. in the world frame); control_freq 20 and openpi's ``replan_steps`` 5
-  (``examples/libero/main.py``); the OSC's measured motion per step (``test/fixtures/robosuite_osc_step.json``,
-  written by ``scripts/measure_osc_step.py``); robosuite's PandaGripper: -1 opens, +1 closes.
+  (``examples/libero/main.py``); the OSC's measured grip-site speeds (``test/fixtures/robosuite_osc_gain.json``,
+  written by ``scripts/measure_osc_gain.py``); robosuite's PandaGripper: -1 opens, +1 closes.
 * SO-100/101: LeRobot ``src/lerobot/motors/motors_bus.py`` (``MotorsBus._normalize``, ``_unnormalize``), STS3215
   resolution 4096 (``motors/feetech/tables.py``); recorded at 30 fps (``lerobot-record``'s default); the policy's
   action queue takes a new chunk when its ``n_action_steps`` actions ran (``select_action``).
@@ -137,13 +137,14 @@ def robotiq_knuckle(width: float) -> float:
 OSC_OUTPUT_MAX = np.array([0.05, 0.05, 0.05, 0.5, 0.5, 0.5])  # OSC_POSE default output_max (output_min = -max)
 
 
-OSC_FIXTURE = Path(__file__).resolve().parent / "fixtures" / "robosuite_osc_step.json"
+OSC_FIXTURE = Path(__file__).resolve().parent / "fixtures" / "robosuite_osc_gain.json"
 PANDA_FINGER_OPEN, PANDA_FINGER_CLOSED = 0.04, 0.0  # panda_finger_joint1 (m)
 
 
-def osc_measured() -> dict:
-    """robosuite's OSC_POSE measured in MuJoCo: per kind (translation, rotation) the motion per control step."""
-    return json.loads(OSC_FIXTURE.read_text())
+def osc_cases() -> list[tuple[np.ndarray, np.ndarray]]:
+    """robosuite's OSC_POSE measured in MuJoCo: (delta action [6], the grip site's steady twist [6]: m/s, rad/s)."""
+    data = json.loads(OSC_FIXTURE.read_text())
+    return [(np.array(c["action"]), np.array(c["linear_m_s"] + c["angular_rad_s"])) for c in data["cases"]]
 
 
 def robosuite_finger(gripper_action: float) -> float:
