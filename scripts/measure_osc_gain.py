@@ -8,11 +8,14 @@ LIBERO runs robosuite's Panda with the default OSC_POSE config (kp 150, critical
 ``STEPS`` steps; the speed is the mean motion per step over the steps after ``SETTLE`` (the arm starts at rest),
 times 20: the grip site's world-frame velocity (m/s) and its rotation vector per second (rad/s).
 
-robosuite is not a dependency of the package: run this in a throwaway environment, e.g.
+robosuite is not a dependency of the package: run this in the environment of its own that
+scripts/extra_envs.py makes on request (robosuite==1.4.1, mujoco==3.2.3, under ~/.cache/oxygen_ros/):
 
-    python3.11 -m venv <robosuite-venv>
-    <robosuite-venv>/bin/pip install 'robosuite==1.4.1' 'mujoco==3.2.3'
-    MUJOCO_GL=egl <robosuite-venv>/bin/python scripts/measure_osc_gain.py > test/fixtures/robosuite_osc_gain.json
+    .venv/bin/python scripts/extra_envs.py make robosuite-osc
+    MUJOCO_GL=egl "$(.venv/bin/python scripts/extra_envs.py path robosuite-osc)"/bin/python \
+        scripts/measure_osc_gain.py > test/fixtures/robosuite_osc_gain.json
+
+(LIBERO pins robosuite 1.4; its OSC code is the same in 1.4.1.)
 """
 
 from __future__ import annotations

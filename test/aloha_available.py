@@ -25,7 +25,8 @@ def aloha_problem() -> str | None:
     done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         lines = (done.stderr or done.stdout).strip().splitlines()
-        return f"MuJoCo cannot render headless here: {lines[-1] if lines else done.returncode}"
+        return (f"MuJoCo cannot render headless here: {lines[-1] if lines else done.returncode} "
+                "(scripts/setup.sh installs libegl1 libegl-mesa0 libgl1-mesa-dri as root)")
     return None
 
 

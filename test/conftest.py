@@ -2,7 +2,8 @@
 
 Every test process gets ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST and a per-run ROS_DOMAIN_ID before
 anything can import rclpy. As root, the whole pytest run re-executes itself inside a fresh network
-namespace that has only a loopback interface (the same thing scripts/in_netns.sh does).
+namespace that has only a loopback interface (the same thing scripts/in_netns.sh does). With
+OXYGEN_SKIP_REPORT set, the run writes its skips and their reasons there (test/skip_report.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import random
 import shutil
 import sys
 import tempfile
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -25,6 +27,7 @@ os.makedirs(os.environ["ROS_LOG_DIR"], exist_ok=True)
 
 def pytest_configure(config) -> None:  # noqa: ANN001 (pytest hook)
     if os.geteuid() != 0 or os.environ.get("OXYGEN_IN_NETNS") or shutil.which("unshare") is None:
+        _record_skips(config)
         return
     # Give the terminal back before exec: pytest has already redirected fds 1/2 into its capture files.
     capman = config.pluginmanager.getplugin("capturemanager")
@@ -35,6 +38,14 @@ def pytest_configure(config) -> None:  # noqa: ANN001 (pytest hook)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execvp("unshare", ["unshare", "-n", "--", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *argv])
+
+
+def _record_skips(config) -> None:  # noqa: ANN001 (pytest config)
+    """Write every skip and its reason to $OXYGEN_SKIP_REPORT when set (.ci/run checks them)."""
+    from skip_report import REPORT_ENV, SkipRecorder
+
+    if os.environ.get(REPORT_ENV):
+        config.pluginmanager.register(SkipRecorder(Path(os.environ[REPORT_ENV])), "oxygen_skip_report")
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,9 @@
 """openpi's real robot client in its own virtual environment, and oxygen-serve in a subprocess, for the tests.
 
 ``openpi-client`` (PyPI 0.1.1, 0.1.2) pins numpy < 2, so it lives in a venv of its own under the user's cache
-folder (``$XDG_CACHE_HOME/oxygen_ros/openpi-client/v<version>``), created and installed on first use and
-reused afterwards; the wheel does not declare ``typing_extensions``, which its modules import, so it is
-installed beside it. Without PyPI (and no venv cached) the tests that need it are skipped, saying so.
-Client scripts run in that venv: ``openpi_client_checks.py`` (this folder) with a sub-command.
+folder (``$XDG_CACHE_HOME/oxygen_ros/openpi-client/v<version>``), made by scripts/setup.sh (scripts/extra_envs.py);
+a test that finds it missing skips, saying to run scripts/setup.sh. Client scripts run in that venv:
+``openpi_client_checks.py`` (this folder) with a sub-command.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
+from extra_env import extra_python
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -31,22 +30,8 @@ LOOPBACK_ENV = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localh
 
 
 def client_python(version: str) -> Path:
-    """The Python of a venv holding openpi-client ``version`` (created and installed when missing)."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "oxygen_ros" / "openpi-client"
-    venv = cache / f"v{version}"
-    python = venv / "bin" / "python"
-    probe = [str(python), "-c", "import openpi_client.websocket_client_policy, openpi_client.action_chunk_broker"]
-    if python.exists() and subprocess.run(probe, capture_output=True, timeout=60).returncode == 0:
-        return python
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, timeout=120)
-    install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                              f"openpi-client=={version}", "typing_extensions"],
-                             capture_output=True, text=True, timeout=600)  # fmt: skip
-    if install.returncode != 0:
-        pytest.skip(f"openpi-client {version} could not be installed from PyPI (unreachable?): {install.stderr[-300:]}")
-    subprocess.run(probe, check=True, timeout=60)
-    return python
+    """The Python of the venv holding openpi-client ``version`` (skips the test, saying how to make it, if missing)."""
+    return extra_python(f"openpi-client-{version}")
 
 
 @dataclass

@@ -125,7 +125,7 @@ def test_a_small_random_checkpoint_end_to_end_and_envs_equal_one_by_one(tmp_path
 
 def test_the_default_file_without_its_checkpoint_fails_in_one_line(capsys) -> None:
     if (PARAMS.parents[1] / "models" / "aloha").exists():
-        pytest.skip("models/aloha is there")
+        pytest.skip("models/aloha is there (this checks the error without that model)")
     assert cli.main(["eval", "--env", "aloha_transfer_cube", "--episodes", "1", "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "models/aloha does not exist" in err[0] and "oxygen-train-demo" in err[0]

@@ -16,7 +16,7 @@ from oxygen_ros.kv import KVCacheManager, KVPool
 from oxygen_ros.ros.diagnostics import Diagnostics
 from oxygen_ros.ros.time_jumps import ClockJumpWatch
 from oxygen_ros.runtime.alignment import replan_due
-from oxygen_ros.runtime.clock_jumps import ClockJump, MonotonicCheck
+from oxygen_ros.runtime.clock_jumps import BACK_TOLERANCE_S, ClockJump, MonotonicCheck
 from oxygen_ros.sim.episode import EpisodeSpec
 from oxygen_ros.sim.runner import HeldOutEpisodes
 
@@ -42,7 +42,7 @@ def test_the_node_clock_calls_its_jump_callbacks_when_sim_time_jumps() -> None:
         for i, t in enumerate(times):
             clock.publish(Clock(clock=ns_to_stamp(t)))
             assert spin_until(executor, lambda: node.get_clock().now().nanoseconds == t, 10), i
-        watch.check(node.get_clock().now().nanoseconds)  # ROS time is active: the monotonic check stays out
+        watch.check()  # ROS time is active: the monotonic check stays out
         assert [(j.delta_ns, j.now_ns, j.back) for j in seen] == [
             (-30 * NS - NS // 100, 70 * NS, True), (60 * NS - 5 * NS // 10, 130 * NS, False), (-NS // 1000, 130 * NS - NS // 1000, True)]
         assert seen[0].describe() == "clock jumped back 30.010 s (100.010 s -> 70.000 s, /clock)"
@@ -54,15 +54,111 @@ def test_the_node_clock_calls_its_jump_callbacks_when_sim_time_jumps() -> None:
         rclpy.shutdown()
 
 
+class _Machine:
+    """A system clock and a monotonic clock that advance together; `step` moves the system clock alone, `stall`
+    lets time pass inside the next system-clock reading (a thread preempted between the readings)."""
+
+    def __init__(self) -> None:
+        self.t = 5 * NS  # monotonic time
+        self.offset = 995 * NS  # system clock minus monotonic
+        self.stalls: list[int] = []  # the next system-clock readings' preemptions
+
+    def monotonic(self) -> int:
+        self.t += 2_000  # a reading takes 2 µs
+        return self.t
+
+    def system(self) -> int:
+        self.t += 2_000
+        reading = self.t + self.offset  # read, then the thread loses the processor before the next reading
+        self.t += self.stalls.pop(0) if self.stalls else 0
+        return reading
+
+    def passes(self, seconds: float) -> None:
+        self.t += int(seconds * NS)
+
+
 def test_the_monotonic_check_finds_a_stepped_system_clock() -> None:
-    check = MonotonicCheck(forward_s=1.0, back_s=0.01)
-    assert check.check(1000 * NS, 5 * NS) is None  # the first reading
-    assert check.check(1000 * NS + NS // 5, 5 * NS + NS // 5) is None  # both moved 0.2 s
-    jump = check.check(990 * NS, 5 * NS + NS // 2)  # the clock went back while 0.3 s passed
-    assert jump is not None and jump.back and jump.delta_ns == -(10 * NS + NS // 5 + 3 * NS // 10)
-    assert check.check(990 * NS + NS // 2, 6 * NS) is None
-    jump = check.check(1100 * NS, 6 * NS + NS // 10)
-    assert jump is not None and not jump.back and "forward" in jump.describe()
+    m = _Machine()
+    check = MonotonicCheck(forward_s=1.0, back_s=0.01, monotonic_ns=m.monotonic)
+    assert check.read(m.system) is None  # the first reading
+    m.passes(0.2)
+    assert check.read(m.system) is None  # both moved 0.2 s
+    m.passes(0.3)
+    m.offset -= 10 * NS + NS // 5  # the system clock stepped back 10.2 s while 0.3 s passed
+    jump = check.read(m.system)
+    assert jump is not None and jump.back and jump.delta_ns == pytest.approx(-(10 * NS + NS // 5), abs=10_000)
+    m.passes(0.5)
+    assert check.read(m.system) is None
+    m.offset += 94 * NS
+    jump = check.read(m.system)
+    assert jump is not None and not jump.back and "forward 94.000 s" in jump.describe()
+
+
+def test_a_thread_preempted_between_the_clock_readings_sees_no_jump() -> None:
+    """Preempted for 10 ms to 2 s between reading the system clock and the monotonic one (every try of a check,
+    or some): never a jump, while a 22 ms step made between two such readings is still found."""
+    m = _Machine()
+    check = MonotonicCheck(forward_s=1.0, back_s=0.01, monotonic_ns=m.monotonic, tries=3)
+    assert check.read(m.system) is None
+    for stall_s in (0.01, 0.05, 0.3, 2.0):
+        m.passes(0.2)
+        m.stalls = [int(stall_s * NS)] * 3  # every try preempted
+        assert check.read(m.system) is None, stall_s
+        m.passes(0.2)
+        m.stalls = [int(stall_s * NS)]  # the first try preempted, the next ones not
+        assert check.read(m.system) is None, stall_s
+    # The check the node had before (system clock, then monotonic, one after the other) saw a jump back here:
+    m.passes(0.2)
+    m.stalls = [NS // 50]
+    system = m.system()
+    assert system - m.monotonic() - m.offset < -BACK_TOLERANCE_S * NS
+    # A real step of 22 ms back between tight readings is found, and one behind a preempted reading too.
+    m.passes(0.2)
+    m.offset -= 22 * NS // 1000
+    jump = check.read(m.system)
+    assert jump is not None and jump.back and jump.delta_ns == pytest.approx(-22 * NS // 1000, abs=10_000)
+    m.passes(0.2)
+    m.stalls = [NS // 100] * 3
+    m.offset -= 50 * NS // 1000
+    jump = check.read(m.system)  # 50 ms back, each reading uncertain by 10 ms: still a step beyond doubt
+    assert jump is not None and jump.back
+
+
+def test_a_slewed_clock_is_no_jump() -> None:
+    """A clock slewed 500 ppm against the monotonic one (NTP's largest slew) for an hour of 5 Hz ticks: no jump."""
+    m = _Machine()
+    check = MonotonicCheck(forward_s=1.0, back_s=0.01, monotonic_ns=m.monotonic)
+    for _ in range(5 * 3600):
+        m.passes(0.2)
+        m.offset -= int(0.2 * 500e-6 * NS)
+        assert check.read(m.system) is None
+    assert m.offset < 995 * NS - int(1.7 * NS)  # the clock fell 1.8 s behind, without a step
+
+
+@pytest.mark.parametrize("back_s", [0.022, 30.0])
+def test_inputs_stamped_after_a_backward_step_are_used_within_one_control_period(back_s: float) -> None:
+    """The clock steps back (22 ms: what a preempted reading looked like; 30 s: a bag's loop); images and joint
+    states stamped on the new clock come at 30 Hz: the tick one control period (0.2 s) after the jump has its
+    observation, and so do ticks 1, 10 and 60 s later. A message of the old timeline still on its way is dropped."""
+    store = InputStore(["/base"], [False], [(0, 0)], use_state=True)
+    image = np.zeros((4, 4, 3), np.uint8)
+    before, after = 1000 * NS, 1000 * NS - int(back_s * NS)
+    store.put_image(0, image, before - NS // 30, before - NS // 30)
+    store.put_joint_state(np.zeros(3), before - NS // 30, before - NS // 30)
+    store.put_instruction("wave", before)
+    timeline = store.timeline
+    store.restart(before, after)
+    store.put_image(0, image, before - NS // 100, after + NS // 200, timeline=timeline)  # read before the restart
+    store.put_image(0, image, before - NS // 200, after + NS // 100)  # sent before the jump, arrived after
+    if back_s > 1:  # (after 22 ms either timeline is as good: they may be taken)
+        assert store.counters()["dropped_after_clock_jump"] == 2
+    for t in range(after + NS // 30, after + 61 * NS, NS // 30):  # 30 Hz on the new clock, 5 ms on the way
+        store.put_image(0, image, t, t + NS // 200)
+        store.put_joint_state(np.zeros(3), t, t + NS // 200)
+        if t + NS // 200 >= after + NS // 5 and (t - after) % NS < NS // 30 or t == after + 6 * NS // 30:
+            obs = store.snapshot(t + NS // 100, NS // 2)  # a tick, 0.2 s and then every second after the jump
+            assert obs.stamp_ns == t
+    assert store.counters()["skipped_after_clock_jump"] == 0
 
 
 def test_inputs_of_the_other_timeline_are_dropped_and_awaited_without_alarm() -> None:

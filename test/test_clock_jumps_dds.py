@@ -1,6 +1,7 @@
 """A clock that jumps, over real DDS: `oxygen_node` (config/demo.yaml, the tiny model) in its own process with
 `use_sim_time`, driven by this test's `/clock` (100 Hz) and sensors stamped with it. The clock runs, jumps
-back 30 s, runs, jumps back 30 s again, runs, jumps forward 60 s and runs: after every jump chunks come within
+back 30 s, runs, jumps back 22 ms (what a preempted clock reading once passed for), runs, jumps back 30 s again,
+runs, jumps forward 60 s and runs: after every jump chunks come within
 two control periods, on every output, for every robot; /diagnostics raise no ERROR, count the jumps, and
 their achieved rate matches what a subscriber computes from the same chunks' stamps; the node logs one info
 line per jump. Both replan modes, one robot and two, every output kind (joint_trajectory, float64_array,
@@ -36,8 +37,9 @@ RELIABLE = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE)
 JOINTS = [f"panda_joint{i}" for i in range(1, 8)]
 CONTROL_PERIOD_S = 0.2  # config/demo.yaml: 5 Hz
 RUN_S = 3.0  # sim seconds between jumps
-JUMPS_S = (-30.0, -30.0, 60.0)
+JUMPS_S = (-30.0, -0.022, -30.0, 60.0)
 START_NS = 1000 * NS
+JUMP_SETTLE_S = 0.3  # a diagnostics report received this soon after a jump was sent may be of the timeline before
 
 # (replan mode, robots, outputs): every output kind, one robot and two, both replan modes.
 CASES = {
@@ -129,10 +131,12 @@ def test_chunks_resume_after_every_jump_without_false_alarms(ros_context, tmp_pa
         assert run_until(lambda: all(len(io.chunks) >= 3 for io in ios) or not proc.running, 90), proc.output()[-3000:]
         first_chunk_received = time.monotonic()
         resumed_s: list[float] = []  # sim time from each jump to the first chunk after it (every robot)
+        jumps_sent: list[float] = []  # time.monotonic() when each jump's /clock was published
         for jump_s in (None, *JUMPS_S):
             if jump_s is not None:
                 sim["ns"] += int(jump_s * NS) - NS // 100  # the next /clock is the last one plus the jump
                 jumped_ns, counts = sim["ns"] + NS // 100, [len(io.chunks) for io in ios]
+                jumps_sent.append(time.monotonic())
 
                 def new_timeline(io: RobotIO, n: int) -> list[ActionChunk]:
                     return [c for c in io.chunks.messages[n:] if jumped_ns <= stamp_to_ns(c.header.stamp) <= sim["ns"]]
@@ -155,11 +159,11 @@ def test_chunks_resume_after_every_jump_without_false_alarms(ros_context, tmp_pa
     assert all(t <= 2 * CONTROL_PERIOD_S for t in resumed_s), (resumed_s, log[-3000:])
     # One info line per jump, naming it and what was restarted.
     lines = [line for line in log.splitlines() if "clock jumped" in line and "restarted the timing" in line]
-    assert len(lines) == 3, log[-4000:]
-    assert [("back" in line, "forward" in line) for line in lines] == [(True, False), (True, False), (False, True)]
+    assert len(lines) == len(JUMPS_S), log[-4000:]
+    assert [("back" in line, "forward" in line) for line in lines] == [(j < 0, j > 0) for j in JUMPS_S]
     # (the node may miss a /clock message or two: it names the jump between the times it saw)
     sizes = [float(re.search(r"jumped (?:back|forward) ([0-9.]+) s", line).group(1)) for line in lines]  # type: ignore[union-attr]
-    assert sizes == pytest.approx([30.0, 30.0, 60.0], abs=0.1), lines
+    assert sizes == pytest.approx([abs(j) for j in JUMPS_S], abs=0.1), lines
     if robots:
         assert all("of robots arm1, arm2" in line and "tick schedule" in line for line in lines)
     alarms = [line for line in log.splitlines() if ("[WARN]" in line or "[ERROR]" in line)
@@ -177,6 +181,11 @@ def test_chunks_resume_after_every_jump_without_false_alarms(ros_context, tmp_pa
     compared = total = 0
     pairs: list[tuple[float, float]] = []  # (reported, a subscriber's) rate
     for msg, received in reports:
+        # The node's windows start again at a jump: so do the subscriber's (a 22 ms jump leaves the chunks before it
+        # within the window). A report made around a jump may be of either timeline: not compared.
+        since = max((j for j in jumps_sent if j < received), default=0.0)
+        if since and received - since < JUMP_SETTLE_S:
+            continue
         now_ns = stamp_to_ns(msg.header.stamp)
         for status in msg.status:
             assert status.level != DiagnosticStatus.ERROR, (status.name, status.message)
@@ -186,7 +195,7 @@ def test_chunks_resume_after_every_jump_without_false_alarms(ros_context, tmp_pa
             io = next(io for io in ios if status.name == f"oxygen_ros{': ' + io.prefix[1:] if io.prefix else ''}: control")
             window_ns = int(float(values["rate_window_s"]) * NS)
             # the chunks the node had published when it reported: those received before the report
-            stamps = [stamp_to_ns(c.header.stamp) for c, t in zip(io.chunks.messages, io.chunks.times) if t <= received]
+            stamps = [stamp_to_ns(c.header.stamp) for c, t in zip(io.chunks.messages, io.chunks.times) if since < t <= received]
             n, rate = _subscriber_rate(stamps, now_ns, window_ns)
             reported = int(values["chunks_in_window"])
             # +-1: a chunk on its way when the report was sent, or published between taking and sending the report
@@ -202,7 +211,7 @@ def test_chunks_resume_after_every_jump_without_false_alarms(ros_context, tmp_pa
     print(f"{case}: {compared} of {total} reports on the same chunks as the subscriber; (reported, subscriber's) rate: "
           f"{sorted(set(pairs))}")
     assert compared >= 10 and compared >= 0.6 * total, (compared, total)
-    assert (last["clock_jumps_back"], last["clock_jumps_forward"]) == ("2", "1") and "forward 6" in last["last_clock_jump"]
+    assert (last["clock_jumps_back"], last["clock_jumps_forward"]) == ("3", "1") and "forward 6" in last["last_clock_jump"]
     # The peak of live text requests within a window is at least what a subscriber of the deltas saw live at once
     # (over the run after the last jump: one timeline).
     final = [m for m, _ in reports if stamp_to_ns(m.header.stamp) >= jumped_ns + NS]  # a tick with text in every window

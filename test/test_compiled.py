@@ -15,18 +15,18 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
+from compiler_needed import needs_compiler
 from engine_fixtures import make_frame, model_with_norms
 from oxygen_ros.engine import Engine
 from oxygen_ros.engine.engine import EngineLanes
 from oxygen_ros.engine.types import ChunkGuide
 from oxygen_ros.model.backends.action_sampler import make_action_sampler
-from oxygen_ros.model.backends.compiled import FusedActionSampler, compiler_available
+from oxygen_ros.model.backends.compiled import FusedActionSampler
 from oxygen_ros.model.backends.compiled_aot import COUNTERS
 from oxygen_ros.model.network.config import TINY
 from oxygen_ros.model.network.rtc import prefix_weights, sample_actions_rtc
 from oxygen_ros.model.network.vla import Pi05Model
 
-needs_compiler = pytest.mark.skipif(compiler_available() is not None, reason="inductor needs a C++ compiler")
 
 
 @pytest.fixture(scope="module")

@@ -17,11 +17,11 @@ import torch
 from torch import nn
 from torch._dynamo.utils import counters
 
-from oxygen_ros.model.backends.compiled import compiler_available
+from compiler_needed import needs_compiler
 from oxygen_ros.model.backends.compiled_aot import COUNTERS, AotCompiledFunction
 from oxygen_ros.model.backends.compiled_store import MAGIC, artefact_key
 
-pytestmark = pytest.mark.skipif(compiler_available() is not None, reason="inductor needs a C++ compiler")
+pytestmark = needs_compiler
 
 
 def block(model: nn.Module, x: torch.Tensor) -> torch.Tensor:

@@ -12,10 +12,11 @@ import torch
 import torch.nn.functional as F
 from torch._dynamo.utils import counters
 
+from compiler_needed import needs_compiler
 from engine_fixtures import make_frame, model_with_norms
 from oxygen_ros.engine import Engine
 from oxygen_ros.model.backends import compiled
-from oxygen_ros.model.backends.compiled import FusedActionSampler, compiler_available
+from oxygen_ros.model.backends.compiled import FusedActionSampler
 from oxygen_ros.model.backends.compiled_aot import COUNTERS
 from oxygen_ros.model.backends.compiled_prefill import EAGER_FUNCTIONS, FusedPrefill, make_prefiller
 from oxygen_ros.model.network.config import TINY
@@ -24,7 +25,6 @@ from oxygen_ros.model.network.layers import attend, dot_product_attention, gelu_
 from oxygen_ros.model.network.prefix_attention import prefix_attention, text_rows_mask
 from oxygen_ros.model.network.vla import Pi05Model, PrefixOutput
 
-needs_compiler = pytest.mark.skipif(compiler_available() is not None, reason="inductor needs a C++ compiler")
 MODES = ("causal_text", "bidirectional")
 
 
@@ -218,7 +218,7 @@ def test_block_wise_attention_equals_the_dense_mask(mode: str, n_img: int) -> No
     torch.testing.assert_close(prefix_attention(q, k, v, text_mask), dense, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.skipif(compiler_available() is not None, reason="inductor needs a C++ compiler")
+@needs_compiler
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_written_out_attention_in_a_compiled_graph_equals_the_fused_kernel(dtype: torch.dtype) -> None:
     """Compiled for the CPU, ``dot_product_attention`` is two products around a float32 softmax (with a mask

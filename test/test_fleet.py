@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from compiler_needed import needs_compiler
 from engine_fixtures import decode_alone, make_frame, tiny_model
 from oxygen_ros.engine import Engine, TextTask
 from oxygen_ros.engine.fleet import FleetSchedule, serve
-from oxygen_ros.model.backends.compiled import FusedActionSampler, compiler_available
+from oxygen_ros.model.backends.compiled import FusedActionSampler
 
 LANGUAGE = TextTask("language", continuation=(11, 12, 13), every_n_frames=1, max_tokens=6)
 ROBOTS = ("left", "right", "third")
@@ -141,7 +142,7 @@ def test_a_late_robot_drops_missed_ticks() -> None:
     assert schedule.next_deadline() == pytest.approx(0.4)
 
 
-@pytest.mark.skipif(compiler_available() is not None, reason="no C++ compiler for inductor")
+@needs_compiler
 def test_compiled_batch_equals_the_eager_batch() -> None:
     model = tiny_model(seed=9)
     sampler = FusedActionSampler(model)

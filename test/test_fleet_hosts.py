@@ -18,7 +18,7 @@ import pytest
 from ros_helpers import REPO, NodeProcess, write_params
 
 PROBE = Path(__file__).with_name("fleet_probe.py")
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None, reason="needs root and iproute2")
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None, reason="needs root (a network namespace per host) and iproute2 (apt install iproute2)")
 
 
 def ip(*args: str) -> None:

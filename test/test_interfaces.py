@@ -158,7 +158,7 @@ def test_type_hashes_match_rosidl():
     for name in MSG_NAMES:
         generated = installed / f"{name}.json"
         if not generated.is_file():
-            pytest.skip(f"{generated} not installed")
+            pytest.skip(f"{generated} not installed: run bash scripts/setup.sh (builds oxygen_ros_msgs into .venv)")
         expected = json.loads(generated.read_text())["type_hashes"][0]
         assert expected["type_name"] == f"oxygen_ros_msgs/msg/{name}"
         assert store.hash_rihs01(f"oxygen_ros_msgs/msg/{name}") == expected["hash_string"]

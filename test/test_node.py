@@ -35,7 +35,7 @@ from oxygen_ros.interface.convert import array_to_image, ns_to_stamp, stamp_to_n
 from oxygen_ros.ros.diagnostics import Diagnostics
 from oxygen_ros.interface.inputs import InputStore, ObservationError
 from oxygen_ros.interface import params as P
-from oxygen_ros.ros.instruction_sub import HISTORY_QOS as LATCHED
+from oxygen_ros.ros.latched_topic import HISTORY_QOS as LATCHED
 from oxygen_ros.ros.node import OxygenNode
 from oxygen_ros.interface.outputs import JointLimits, trajectory_msg
 

@@ -112,7 +112,7 @@ def test_the_nodes_own_commands_score_zero_on_the_executed_steps(env: SimpleName
         assert len(row["mae_by_step"]) == 10 and row["mae_by_step"][0] == 0.0
     assert summary["dims"]["gripper"]["gripper"]["agreement"] is not None
     ticks = (env.bag.parent / f"{env.bag.stem}_good_eval" / "ticks.csv").read_text().splitlines()
-    assert ticks[0].startswith("tick,time_s,dim,mae") and len(ticks) == 1 + 14 * 8
+    assert ticks[0].startswith("episode,tick,time_s,dim,mae") and len(ticks) == 1 + 14 * 8
     steps = (env.bag.parent / f"{env.bag.stem}_good_eval" / "steps.csv").read_text().splitlines()
     assert steps[0] == "step,dim,mae,rmse,max,compared" and steps[1] == "1,j1,0,0,0,14" and len(steps) == 1 + 10 * 8
 
@@ -221,6 +221,7 @@ def test_bad_thresholds_are_refused(env: SimpleNamespace, capsys: pytest.Capture
 
 
 def test_reference_values_at_the_instants_actions_belong_to() -> None:
+    from oxygen_ros.replay.episodes import Episode
     from oxygen_ros.replay.recorded import Reference, Timeline
 
     step = 20_000_000
@@ -235,8 +236,8 @@ def test_reference_values_at_the_instants_actions_belong_to() -> None:
     state = Timeline("state", sent, [np.array([float(k)]) for k in range(5)])
     np.testing.assert_allclose(state.at(np.array([step // 2, 3 * step]), step)[:, 0], [0.5, 3.0])  # achieved: between
     assert np.isnan(state.at(np.array([5 * step]), step)[0, 0])
-    episodes = Reference("commands", [hold], np.array([3 * step]), ())
-    values = episodes.values(targets, observed_ns=0, step_ns=step)[:, 0]
+    first = Episode(0, 0, 3 * step - 1, "topic")
+    values = Reference("commands", [hold], np.array([0, 3 * step]), ()).values(targets, step, first)[:, 0]
     assert values[:2].tolist() == [0, 1] and np.isnan(values[2:]).all()  # not across the next episode's start
 
 

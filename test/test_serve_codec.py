@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from oxygen_ros.engine import ASK_TASK, TextEvent
-from oxygen_ros.serve.codec import MessageError, pack, unpack
+from oxygen_ros.serve.codec import FrameRefused, MessageError, pack, unpack
 from oxygen_ros.serve.layouts import LAYOUTS, ObservationError, layout_for
 from oxygen_ros.serve.text_board import TextBoard
 
@@ -39,6 +39,29 @@ def _marker(dtype: object, shape: object, data: object) -> bytes:
 def test_malformed_frames_are_named(frame: bytes | str, says: str) -> None:
     with pytest.raises(MessageError, match=says):
         unpack(frame)
+
+
+def _nested(levels: int) -> bytes:
+    return b"\x81\xa1x" + b"\x91" * levels + b"\xc0"  # {"x": [[...[nil]...]]}
+
+
+@pytest.mark.parametrize("frame, says", [
+    (b"\xdf" + (1 << 24).to_bytes(4, "big"), "declares a map of 16777216 entries; this server accepts at most 256"),
+    (msgpack.packb({"x": "a" * 70000}), "declares a string of 70000 bytes; this server accepts at most 65536"),
+    (msgpack.packb({"x": msgpack.ExtType(5, b"a")}), "msgpack extension type"),
+    (_nested(16), "deeper than 16 levels"), (_nested(5000), "deeper than 16 levels"),
+    (msgpack.packb({"x": [[0] * 1000] * 17}), "more than 16384 map entries and array items"),
+])  # fmt: skip
+def test_frames_past_the_bounds_are_refused(frame: bytes, says: str) -> None:
+    with pytest.raises(FrameRefused, match=says):
+        unpack(frame)
+
+
+def test_frames_at_the_bounds_decode() -> None:
+    assert unpack(_nested(15))["x"] == [[[[[[[[[[[[[[[None]]]]]]]]]]]]]]]
+    assert len(unpack(msgpack.packb({"x": [[0] * 1000] * 16}))["x"]) == 16
+    big = np.zeros((3, 2048, 2048), np.uint8)  # the largest image a layout accepts: one bin, bounded by the frame
+    assert unpack(pack({"images": {"cam_high": big}, "prompt": "p" * 2000}))["images"]["cam_high"].shape == big.shape
 
 
 def _chw(seed: int, h: int = 20, w: int = 30) -> np.ndarray:

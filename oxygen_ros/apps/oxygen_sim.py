@@ -21,10 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from oxygen_ros.sim import cli as sim_cli
+from oxygen_ros.sim import cli_args
 from oxygen_ros.sim.aloha.cli import episode_summary, expert_summary, params_file_of, task_of
-from oxygen_ros.sim.aloha.recording import GIF_EVERY_STEPS
-from oxygen_ros.sim.media import write_frames_gif
 
 
 def _loop_figures(result: Any) -> dict[str, Any]:
@@ -47,6 +45,7 @@ def expert_through_outputs(args: argparse.Namespace) -> int:
         return 2
     seeds = list(range(args.seed, args.seed + args.episodes))
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    from oxygen_ros.sim.aloha.recording import GIF_EVERY_STEPS
     from oxygen_ros.sim_ros.aloha_loop import through_outputs
 
     with tempfile.TemporaryDirectory() as work:
@@ -59,6 +58,8 @@ def expert_through_outputs(args: argparse.Namespace) -> int:
                "relative_success": round(through["success_rate"] / summary["success_rate"], 3) if summary["success_rate"] else None,
                "seed": args.seed, "stale_frames": scripted.stale_frames, **_loop_figures(result)}  # fmt: skip
     if args.gif and result.frames:
+        from oxygen_ros.sim.media import write_frames_gif
+
         summary["gif"] = str(write_frames_gif(result.frames, Path(args.gif)))
     print(json.dumps(summary))
     return 0
@@ -67,6 +68,7 @@ def expert_through_outputs(args: argparse.Namespace) -> int:
 def through_node(args: argparse.Namespace, params_file: Path) -> int:
     """oxygen_node and the simulator node over DDS in lockstep (``oxygen_ros.sim_ros.aloha_loop``)."""
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    from oxygen_ros.sim.aloha.recording import GIF_EVERY_STEPS
     from oxygen_ros.sim_ros.aloha_loop import node_values, run_loop
     from oxygen_ros.runtime import RuntimeLoadError
     from oxygen_ros.runtime.params_file import ParamsFileError
@@ -91,6 +93,8 @@ def through_node(args: argparse.Namespace, params_file: Path) -> int:
     summary: dict[str, Any] = {"env": args.env, **episode_summary(result.episodes), "seed": args.seed,
                                "params_file": str(params_file), **_loop_figures(result)}  # fmt: skip
     if args.gif and result.frames:
+        from oxygen_ros.sim.media import write_frames_gif
+
         summary["gif"] = str(write_frames_gif(result.frames, Path(args.gif)))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"summary": summary, "episodes": result.episodes}, indent=1))
@@ -99,7 +103,7 @@ def through_node(args: argparse.Namespace, params_file: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sim_cli.checked_args(argv)
+    args = cli_args.checked_args(argv)  # before torch loads: --help and a refused line answer at once
     if isinstance(args, int):
         return args
     if args.command == "record":
@@ -111,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
             return through_node(args, params_file_of(args))
         if args.command == "expert" and args.through_outputs:
             return expert_through_outputs(args)
+    from oxygen_ros.sim import cli as sim_cli
+
     return sim_cli.run(args)
 
 

@@ -261,13 +261,6 @@ def format_table(result: dict, horizon: int, header: str) -> str:
     return "\n".join(lines)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--robots", help="fleet comparison: robot counts, e.g. 1,2,4,8 (one engine vs N processes)")
-    parser.add_argument("--decode-len", type=int, default=10, help="--robots: tokens of each robot's text per frame")
-    parser.add_argument("--seconds", type=float, help="--robots: measured wall time per run (default 20, quick 2)")
-    parser.add_argument("--repeats", type=int, help="--robots: rounds (medians reported; default 3, quick 1)")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="one oxygen-bench --robots worker (started by oxygen-bench)")
     parser.add_argument("--worker", action="store_true")

@@ -89,7 +89,8 @@ def _report(listener: Listener, outdir: Path, elapsed: float, who: str = "") -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="oxygen_ros demo: the trained policy drives the simulated arm over DDS")
+    parser = argparse.ArgumentParser(prog="scripts/demo.sh",
+                                     description="oxygen_ros demo: the trained policy drives the simulated arm over DDS")
     parser.add_argument("--robot", choices=ROBOTS, default="tabletop",
                         help="tabletop: the package's own arm (default); aloha: the MuJoCo ALOHA (its own options: "
                         "--robot aloha --help)")  # fmt: skip

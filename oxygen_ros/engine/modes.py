@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import torch
 
 from .engine import Engine
+from .mode_names import MODES
 from .policy import DeadlinePolicy, FixedTokensPolicy
 from .types import FrameInput, TextEvent, TickResult
 
-MODES = ("action_only", "sequential", "parallel", "shared", "oxygen")
 
 
 @dataclass

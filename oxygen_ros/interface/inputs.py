@@ -11,10 +11,12 @@ naming the reason; an optional camera in that state is a masked slot instead.
 
 When the clock jumps, `restart` drops the images and joint states received before the jump (their stamps
 belong to the other timeline); until a new one arrives the snapshot fails with the kind "after_clock_jump"
-rather than "stale_*" or "missing_*". Messages of the other timeline still on their way (stamped nearer the
-time before the jump than the time after it) are dropped as they arrive, each input until its first message of the
-new timeline (one topic's messages arrive in order, so none of the old timeline can follow; a camera masked in the
-first observations is still guarded). The instruction is kept: it is not tied to a time.
+rather than "stale_*" or "missing_*". Messages of the other timeline still on their way are dropped (counted) as
+they arrive, each input until its first message of the new timeline (one topic's messages arrive in order, so
+none of the old timeline can follow; a camera masked in the first observations is still guarded). A message is
+of the old timeline when its stamp lies nearer what the clock would read at its arrival had it not jumped than
+what it reads: after any jump, messages stamped on the new clock are taken at once, however small the jump and
+however late they come. The instruction is kept: it is not tied to a time.
 """
 
 from __future__ import annotations
@@ -113,14 +115,22 @@ class InputStore:
         self._states: list[_Sample | None] = [None] * max(1, len(self.state_parts))
         self._instruction: _Sample | None = None
         self._jump: tuple[int, int] | None = None  # (clock before, clock after) the latest jump
+        self._restarts = 0  # jumps so far: a receive time read under another count may be of the old timeline
         self._unsettled: set[int | str] = set()  # inputs (slots, "state<i>") with no message of the new timeline yet
         # Known counters start at 0 so /diagnostics always shows the same keys.
         self._counters: Counter[str] = Counter({k: 0 for k in KNOWN_COUNTERS})
 
     # ------------------------------------------------------------------------------ receiving
-    def put_image(self, slot: int, image: np.ndarray, stamp_ns: int, recv_ns: int, frame_id: str = "") -> str | None:
-        """Store a converted HxWx3 image; returns the refusal reason if its size is not the slot's."""
-        if self._from_other_timeline(slot, stamp_ns):
+    @property
+    def timeline(self) -> int:
+        """The number of jumps so far: a receiver reads it before its receive time and passes it with the message."""
+        return self._restarts
+
+    def put_image(self, slot: int, image: np.ndarray, stamp_ns: int, recv_ns: int, frame_id: str = "",
+                  timeline: int | None = None) -> str | None:  # fmt: skip
+        """Store a converted HxWx3 image; returns the refusal reason if its size is not the slot's.
+        ``timeline``: `timeline` read before ``recv_ns`` (None: ``recv_ns`` is of the latest timeline)."""
+        if self._from_other_timeline(slot, stamp_ns, recv_ns, timeline):
             return None
         width, height = self.sizes[slot]
         h, w = image.shape[:2]
@@ -140,9 +150,10 @@ class InputStore:
             self._counters["rejected_image"] += 1
         return message
 
-    def put_joint_state(self, positions: np.ndarray, stamp_ns: int, recv_ns: int, source: int = 0) -> None:
+    def put_joint_state(self, positions: np.ndarray, stamp_ns: int, recv_ns: int, source: int = 0,
+                        timeline: int | None = None) -> None:  # fmt: skip
         """Store the positions one joint-state topic gives (``source``: its index in ``state_parts``)."""
-        if self._from_other_timeline(f"state{source}", stamp_ns):
+        if self._from_other_timeline(f"state{source}", stamp_ns, recv_ns, timeline):
             return
         with self._lock:
             self._states[source] = _Sample(np.asarray(positions, dtype=np.float64), None, stamp_ns, recv_ns)
@@ -182,21 +193,26 @@ class InputStore:
         placeholder = _Sample(None, None, 0, 0)
         with self._lock:
             self._jump = (before_ns, after_ns)
+            self._restarts += 1
             self._unsettled = {*range(len(self.cameras)), *(f"state{i}" for i in range(len(self._states)))}
             dropped = sum(s is not None and not s.dropped_at_jump for s in (*self._images, *self._states))
             self._images = [placeholder if s is not None else None for s in self._images]
             self._states = [placeholder if s is not None else None for s in self._states]
         return dropped
 
-    def _from_other_timeline(self, key: int | str, stamp_ns: int) -> bool:
-        """A message stamped before the latest jump that arrives after it (counted, dropped). The input's first
-        message of the new timeline settles it: from then on its messages are taken as they come."""
+    def _from_other_timeline(self, key: int | str, stamp_ns: int, recv_ns: int, timeline: int | None) -> bool:
+        """A message of the timeline before the latest jump that arrives after it (counted, dropped). The input's
+        first message of the new timeline settles it: from then on its messages are taken as they come."""
         with self._lock:
             if key not in self._unsettled or stamp_ns <= 0:  # no jump yet, or this input is on the new timeline
                 return False
             assert self._jump is not None  # restart set both
             before, after = self._jump
-            if abs(stamp_ns - before) >= abs(stamp_ns - after):
+            # The clock at arrival; a receive time read before the jump was handled may be of either timeline:
+            # then the jump's own instant stands for it (the message arrived around the jump).
+            now = recv_ns if recv_ns > 0 and timeline in (None, self._restarts) else after
+            unjumped = now - (after - before)  # what the clock would read now had it not jumped
+            if abs(stamp_ns - now) <= abs(stamp_ns - unjumped):
                 self._unsettled.discard(key)
                 return False
             self._counters["dropped_after_clock_jump"] += 1

@@ -1,8 +1,10 @@
 """``oxygen-replay eval``: the policy's commands on a recorded bag against what the robot was told (or did),
 with thresholds for CI and a second policy side by side.
 
-Exit codes: 0 within the thresholds, 1 a threshold exceeded (one line names the worst dimension and tick),
-2 bad input (the bag, the parameters, the model). The last line of stdout is the JSON summary.
+Exit codes: 0 within the thresholds; 1 a threshold exceeded (a line per dimension over its limit, worst first,
+with its worst tick); 2 bad input, nothing judged (the bag, the parameters, the model); 3 judged on a damaged
+bag (truncated, or messages that do not decode: the figures cover only what could be read; the note says
+whether the thresholds held). The last line of stdout is the JSON summary.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from .eval_defaults import DEFAULT_GAP_S, DEFAULT_WARN_S
 
 EXAMPLES = """examples:
   oxygen-sim record --env aloha_transfer_cube --episodes 2 --seed 12345 --bag expert.mcap
@@ -49,7 +53,12 @@ def add_eval_parser(sub: Any, add_params: Any, add_common: Any) -> None:
                     "here (default: <bag>_eval next to the bag)")  # fmt: skip
     ev.add_argument("--no-plots", action="store_true", help="no PNGs")
     ev.add_argument("--episode-topic", default="/oxygen_sim_node/episode",
-                    help="std_msgs/String episode events (JSON); a chunk is not compared across an episode start")  # fmt: skip
+                    help="std_msgs/String episode events (JSON start/end): each episode judged on its own (default "
+                    "%(default)s; without it, pauses in the joint states split the bag)")  # fmt: skip
+    ev.add_argument("--episode-gap", type=float, default=DEFAULT_GAP_S, metavar="S",
+                    help="without episode events, joint states silent this long end an episode (default %(default)s s)")  # fmt: skip
+    ev.add_argument("--camera-offset-warn", type=float, default=DEFAULT_WARN_S, metavar="S",
+                    help="warn when a camera's stamps sit this far from the joint states' (default %(default)s s)")  # fmt: skip
     add_common(ev)
 
 
@@ -57,8 +66,8 @@ def cmd_eval(args: argparse.Namespace, load_config: Any, error: type[Exception])
     from tqdm import tqdm
 
     from .eval_plots import plot_horizon, plot_timelines
-    from .eval_report import print_comparison, print_table, write_steps_csv, write_ticks_csv
-    from .evaluate import EvalOptions, compare, evaluate_bag
+    from .eval_report import print_comparison, print_inputs_and_episodes, print_table, write_steps_csv, write_ticks_csv
+    from .evaluate import EvalOptions, EvalReplay, compare
     from .metrics import check_limits, parse_limits
 
     try:
@@ -66,25 +75,31 @@ def cmd_eval(args: argparse.Namespace, load_config: Any, error: type[Exception])
     except ValueError as exc:
         raise error(str(exc)) from None
     out = Path(args.out) if args.out else _default_out(args.bag)
+    if not (args.episode_gap > 0 and args.camera_offset_warn >= 0):
+        raise error("--episode-gap must be > 0 and --camera-offset-warn >= 0 (seconds)")
     options = EvalOptions(against=args.against, seed=args.seed, remap=args.remap_map, episode_topic=args.episode_topic,
-                          engine_mode=None if args.engine_mode == "file" else args.engine_mode)  # fmt: skip
+                          engine_mode=None if args.engine_mode == "file" else args.engine_mode,
+                          episode_gap_s=args.episode_gap, camera_offset_warn_s=args.camera_offset_warn)  # fmt: skip
     runs = [(args.params_file, args.node_name)]
     if args.compare:
         runs.append((args.compare, args.compare_node_name))
     summaries, tables = [], []
-    for n, (params, node) in enumerate(runs):
-        config = load_config(params, node)
-        if n == 1 and options.seed is None:
-            options.seed = summaries[0]["seed"]  # the same noise as the first
+    configs = [load_config(params, node) for params, node in runs]
+    if options.seed is None:
+        options.seed = configs[0].runtime.seed  # the same noise for both
+    replays = [EvalReplay(args.bag, config, options) for config in configs]
+    for replay in replays:
+        replay.check_bag()  # every bag problem before any model loads
+    for n, replay in enumerate(replays):
         label = "eval" if len(runs) == 1 else f"eval {'AB'[n]}"
         with tqdm(total=1000, desc=label, disable=args.quiet, file=sys.stderr, bar_format="{l_bar}{bar}| {elapsed}<{remaining}") as bar:
             def progress(fraction: float, _text: str, bar: Any = bar) -> None:
                 bar.n = round(fraction * 1000)
                 bar.refresh()
 
-            summary, table = evaluate_bag(args.bag, config, options, progress)
-        summaries.append(summary)
-        tables.append(table)
+            replay.progress = progress
+            summaries.append(replay.evaluate())
+        tables.append(replay.table)
     out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = dict(summaries[0])
     files = {"ticks_csv": str(write_ticks_csv(tables[0], out / "ticks.csv")),
@@ -104,17 +119,32 @@ def cmd_eval(args: argparse.Namespace, load_config: Any, error: type[Exception])
                             max_rmse, args.scope)  # fmt: skip
     result["passed"] = not failures
     result["failures"] = [f.line(args.scope) for f in failures]
+    damage = damage_note(summaries[0]["damage"])
+    result["exit_code"] = 3 if damage else 1 if failures else 0
     (out / "summary.json").write_text(json.dumps(result, indent=1))
     for warning in summaries[0]["warnings"]:
         print(f"oxygen-replay: warning: {warning}", file=sys.stderr)
+    for dim, row in summaries[0]["dims"].items():
+        if row.get("unit_hint"):
+            print(f"oxygen-replay: warning: {dim}: units: {row['unit_hint']}", file=sys.stderr)
     print_table(summaries[0], sys.stdout)
+    print_inputs_and_episodes(summaries[0], sys.stdout)
     if len(runs) == 2:
         print_comparison(result["compare"], labels, sys.stdout)
-    if failures:
-        print(f"oxygen-replay: eval failed: {failures[0].line(args.scope)}"
-              + (f" (and {len(failures) - 1} more over their limits)" if len(failures) > 1 else ""), file=sys.stderr)  # fmt: skip
+    for failure in failures:  # every dimension over its limit, worst first, one line each
+        print(f"oxygen-replay: eval failed: {failure.line(args.scope)}", file=sys.stderr)
+    if damage:
+        verdict = f"{len(failures)} dimensions over their limits" if failures else "within the thresholds"
+        print(f"oxygen-replay: eval judged a damaged bag ({damage}): {verdict} on what could be read (exit 3)", file=sys.stderr)
     print(json.dumps(result))
-    return 1 if failures else 0
+    return result["exit_code"]
+
+
+def damage_note(damage: dict[str, Any]) -> str:
+    """What was lost of a bag judged anyway ("" for an intact one)."""
+    parts = (["truncated: read up to the damage"] if damage["truncated"] else []) + (
+        [f"{damage['undecodable_messages']} messages that do not decode"] if damage["undecodable_messages"] else [])
+    return "; ".join(parts)
 
 
 def _default_out(bag: str) -> Path:

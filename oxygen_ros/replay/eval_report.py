@@ -9,14 +9,16 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from oxygen_ros.runtime.safety import refusal_line
+
 from .metrics import ErrorTable
 
-CSV_FIELDS = ("tick", "time_s", "dim", "mae", "rmse", "max", "executed_mae", "executed_rmse", "executed_max",
+CSV_FIELDS = ("episode", "tick", "time_s", "dim", "mae", "rmse", "max", "executed_mae", "executed_rmse", "executed_max",
               "compared_steps", "executed_steps", "predicted_first", "reference_first")  # fmt: skip
 
 
 def write_ticks_csv(table: ErrorTable, path: Path) -> Path:
-    """One row per tick and dimension: its chunk's errors over the horizon and over the executed steps."""
+    """One row per tick (counted from its episode's start) and dimension: its chunk's errors over the horizon and over the executed steps."""
     all_stats = table.per_tick("horizon")
     executed_stats = table.per_tick("executed")
     err, exe, pred = table.arrays()
@@ -26,7 +28,7 @@ def write_ticks_csv(table: ErrorTable, path: Path) -> Path:
         for i, (tick, time_s) in enumerate(zip(table.ticks, table.times_s)):
             for d, dim in enumerate(table.dims):
                 compared = np.isfinite(err[i, :, d])
-                out.writerow([tick, f"{time_s:.4f}", dim, *(_cell(s[i, d]) for s in all_stats),
+                out.writerow([table.episodes[i], tick, f"{time_s:.4f}", dim, *(_cell(s[i, d]) for s in all_stats),
                               *(_cell(s[i, d]) for s in executed_stats), int(compared.sum()),
                               int((compared & exe[i]).sum()), _cell(pred[i, 0, d]), _cell(pred[i, 0, d] - err[i, 0, d])])  # fmt: skip
     return path
@@ -58,12 +60,22 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
+def safety_line(safety: Mapping[str, Any]) -> str:
+    """The guard's work in one line: refused chunks by output, joint and reason, holds, limit hits."""
+    holds = safety.get("holds") or {}
+    hits = safety.get("limit_hits") or {}
+    refused = refusal_line(safety.get("refusals")) or "no chunk refused"
+    held = ", ".join(f"{k} {n}" for k, n in holds.items()) or "none"
+    return f"{refused}; holds: {held}; limit hits: {sum(hits.values())}"
+
+
 def print_table(summary: Mapping[str, Any], out: TextIO) -> None:
     """Per dimension: executed steps and whole horizon MAE / RMSE / max, gripper agreement."""
     print(f"eval {summary['bag']} ({summary['bag_duration_s']:.1f} s) with {summary['params']} against the "
           f"{'recorded commands' if summary['against'] == 'commands' else 'achieved joint states'}", file=out)  # fmt: skip
     print(f"  {summary['chunks']} chunks of {summary['horizon']} steps, {summary['executed_steps']} executed "
           f"(replan {summary['replan']}), seed {summary['seed']}", file=out)  # fmt: skip
+    print(f"  guard: {safety_line(summary.get('safety', {}))}", file=out)
     width = max(len(d) for d in summary["dims"]) + 2
     print(f"  {'dimension':<{width}} {'exec MAE':>9} {'exec RMSE':>9} {'exec max':>9} {'MAE':>9} {'RMSE':>9} {'max':>9}  open/closed agree (exec / all)",
           file=out)  # fmt: skip
@@ -73,6 +85,24 @@ def print_table(summary: Mapping[str, Any], out: TextIO) -> None:
         agree = f"  {grip['executed_agreement'] * 100:.0f}% / {grip['agreement'] * 100:.0f}%" if grip and grip["agreement"] is not None else ""
         print(f"  {dim:<{width}} {_fmt(ex['mae']):>9} {_fmt(ex['rmse']):>9} {_fmt(ex['max']):>9} {_fmt(row['mae']):>9} "
               f"{_fmt(row['rmse']):>9} {_fmt(row['max']):>9}{agree}", file=out)  # fmt: skip
+
+
+def print_inputs_and_episodes(summary: Mapping[str, Any], out: TextIO) -> None:
+    """The cameras' stamp offsets against the joint states, then one line per episode."""
+    cams = summary.get("input_timing", {}).get("cameras", {})
+    offsets = [f"{t} {r['offset_to_joint_states_s']:+.3f} s" for t, r in cams.items() if "offset_to_joint_states_s" in r]
+    if offsets:
+        print(f"  camera stamps against the joint states': {', '.join(offsets)}", file=out)
+    episodes = summary.get("episodes", [])
+    if len(episodes) < 2:
+        return
+    how = {"topic": "episode events", "gap": "pauses in the joint states"}.get(episodes[0]["source"], "")
+    print(f"  {len(episodes)} episodes ({how}); executed-steps MAE per episode:", file=out)
+    for ep in episodes:
+        worst = ep["worst_dim"]
+        tail = f", worst {worst} {_fmt(ep['executed_mae'][worst])}" if worst else ""
+        print(f"    episode {ep['index']}: {ep['start_s']:.2f} s + {ep['duration_s']:.2f} s, {ep['chunks']} chunks, "
+              f"mean {_fmt(ep['mean_executed_mae'])}{tail}", file=out)  # fmt: skip
 
 
 def print_comparison(comparison: Mapping[str, Any], labels: Sequence[str], out: TextIO) -> None:

@@ -29,8 +29,10 @@ from oxygen_ros.runtime import PolicyRuntime
 from oxygen_ros.runtime.alignment import delay_steps
 from oxygen_ros.runtime.command_chain import chunk_commands, dim_names
 
-from .bagio import COMPRESSED_IMAGE, IMAGE, JOINT_STATE, NS_PER_S, STRING, BagReader
+from .bagio import COMPRESSED_IMAGE, IMAGE, JOINT_STATE, NS_PER_S, STRING, BagError, BagReader
 from .config import ReplayConfig
+from .episodes import DEFAULT_GAP_S, Episode, from_events, from_gaps, tick_instants
+from .input_timing import DEFAULT_WARN_S, stamp_offsets
 from .metrics import ErrorTable
 from .offline import OfflineOptions, OfflineReplay, ProgressFn
 from .recorded import EPISODE_TOPIC, Reference, ReferenceError, command_timeline, load_reference
@@ -50,6 +52,8 @@ class EvalOptions:
     remap: Mapping[str, str] = dataclasses.field(default_factory=dict)
     engine_mode: str | None = "action_only"  # the chunk alone (text is not judged here); None: the file's
     episode_topic: str = EPISODE_TOPIC
+    episode_gap_s: float = DEFAULT_GAP_S  # without episode events: joint states silent this long end an episode
+    camera_offset_warn_s: float = DEFAULT_WARN_S  # warn about a camera stamped this far from the joint states
 
 
 class SentCommands:
@@ -84,6 +88,12 @@ class EvalReplay(OfflineReplay):
         self._in_force: dict[str, tuple[int, Any]] = {}  # per output topic: the last command sent before this chunk
         self.horizon = 0
         self.t0 = 0
+        self._read: list[str] | None = None  # the topics to read, once the bag has been checked
+        self.episodes: list[Episode] = []
+        self._tick_episode: list[int] = []  # per control tick (offline's index): its episode
+        self._episode: int | None = None  # the episode of the tick being run
+        self._joint_times: list[int] = []  # recorded times of the joint states (pauses split episodes)
+        self._stamp_lags: dict[str, list[int]] = {}  # per camera / joint-state topic: stamp − recorded time (ns)
 
     # -------------------------------------------------------------------------------- the replay's hooks
     def _check_output(self) -> None:
@@ -93,6 +103,27 @@ class EvalReplay(OfflineReplay):
         return contextlib.nullcontext(SentCommands())
 
     def _check_topics(self, reader: BagReader) -> list[str]:
+        """The topics to read; the bag's checks ran before the model loaded (`check_bag`), the length needs its
+        horizon."""
+        if self._read is None:
+            self._read = self._bag_topics(reader)
+        s = self.config.settings
+        duration_s = (reader.end_ns - reader.start_ns) / NS_PER_S
+        chunk_s = self.horizon * s.step_period_s
+        if reader.message_count and duration_s < chunk_s:
+            raise EvalError(f"bag {self.bag} cannot be evaluated with {self.config.source}: the bag lasts {duration_s:.2f} s, "
+                            f"shorter than one chunk ({self.horizon} steps of {s.step_period_s:g} s = {chunk_s:.2f} s)")  # fmt: skip
+        self.t0 = reader.start_ns
+        return self._read
+
+    def check_bag(self) -> None:
+        """Refuse a bag that cannot be judged before the model loads (a second, not the model's load time)."""
+        if not self.bag.exists():
+            raise EvalError(f"bag {self.bag} does not exist")
+        with BagReader(self.bag, remap=self.options.remap) as reader:
+            self._read = self._bag_topics(reader)
+
+    def _bag_topics(self, reader: BagReader) -> list[str]:
         """Refuse a bag that cannot be judged (every problem listed); load the reference; the topics to read."""
         s, topics = self.config.settings, reader.topics
         problems: list[str] = []
@@ -123,21 +154,17 @@ class EvalReplay(OfflineReplay):
         instruction = topics.get(self.config.instruction_topic)
         if instruction is not None and instruction.msgtype == STRING:
             read.append(self.config.instruction_topic)
-        duration_s = (reader.end_ns - reader.start_ns) / NS_PER_S
-        chunk_s = self.horizon * s.step_period_s
-        if reader.message_count and duration_s < chunk_s:
-            problems.append(f"the bag lasts {duration_s:.2f} s, shorter than one chunk ({self.horizon} steps of "
-                            f"{s.step_period_s:g} s = {chunk_s:.2f} s)")  # fmt: skip
         if not problems:
             try:
                 self.reference = self._load_reference(reader)
             except ReferenceError as exc:
                 problems.append(str(exc))
+            else:
+                self.episodes = self._split_episodes(reader)
         if problems:
             have = ", ".join(f"{t} ({i.msgtype})" for t, i in sorted(topics.items())) or "nothing"
             raise EvalError(f"bag {self.bag} cannot be evaluated with {self.config.source}: " + "; ".join(problems)
                             + f". The bag has: {have} (rename recorded topics with --remap /recorded:=/configured)")  # fmt: skip
-        self.t0 = reader.start_ns
         return read
 
     def _joint_state_problems(self, reader: BagReader, topic: str) -> list[str]:
@@ -145,7 +172,11 @@ class EvalReplay(OfflineReplay):
         wanted = self.config.settings.joint_names
         offset: int | None = None
         for msg in reader.messages([topic]):
-            obj = reader.deserialize(msg)
+            try:
+                obj = reader.deserialize(msg)
+            except BagError:
+                continue  # counted as damage when the replay reads it
+            self._joint_times.append(msg.timestamp_ns)
             if offset is None:
                 missing = [j for j in wanted if j not in list(obj.name)]
                 if missing:
@@ -158,6 +189,37 @@ class EvalReplay(OfflineReplay):
                         "(split the bag at the jump, or record with one clock)"]  # fmt: skip
             offset = msg.timestamp_ns - stamp
         return []
+
+    def _split_episodes(self, reader: BagReader) -> list[Episode]:
+        """The episode events where the bag has them, else pauses in the joint states."""
+        assert self.reference is not None
+        if len(self.reference.episode_starts_ns):
+            return from_events(self.reference.episode_starts_ns, self.reference.episode_ends_ns, reader.end_ns)
+        # the last command of an episode is for a step past its last message; states end with their messages
+        step_ns = round(self.config.settings.step_period_s * NS_PER_S) if self.reference.against == "commands" else 0
+        return from_gaps(np.asarray(self._joint_times), self.eval_options.episode_gap_s, reader.start_ns, reader.end_ns,
+                         step_ns)  # fmt: skip
+
+    def _tick_instants(self, t0: int, end: int) -> list[int]:
+        """The tick grid restarts at each episode's start (the same episode is judged the same wherever it lies)."""
+        instants = tick_instants(self.episodes, self.period_ns, self.config.settings.control_rate_hz)
+        self._tick_episode = [e for e, _ in instants]
+        return [t for _, t in instants]
+
+    def _tick(self, writer: Any, runtime: PolicyRuntime, store: Any, tick: int, now: int, t0: int, period_s: float) -> None:
+        episode = self._tick_episode[tick]
+        if self._episode is not None and episode != self._episode:
+            # as the node at a simulator's episode start: the noise from the seed again (one episode gives the
+            # same figures wherever it lies), no chunk to continue or replan from, commands blended from the arm
+            runtime.start_episode(runtime.config.seed)
+            self.guard.start_over()
+            self._last_chunk_s = None
+        self._episode = episode
+        super()._tick(writer, runtime, store, tick, now, t0, period_s)
+
+    def _stamped(self, topic: str, stamp_ns: int, received_ns: int) -> None:
+        if stamp_ns:  # an unstamped message says nothing about its clock
+            self._stamp_lags.setdefault(topic, []).append(stamp_ns - received_ns)
 
     def _load_reference(self, reader: BagReader) -> Reference:
         s = self.config.settings
@@ -177,7 +239,8 @@ class EvalReplay(OfflineReplay):
         base = now_ns if cfg.time_alignment == "none" else obs.stamp_ns  # where action i's instant counts from
         targets = base + np.arange(1, h + 1, dtype=np.int64) * step_ns
         assert self.reference is not None
-        reference = self.reference.values(targets, obs.stamp_ns, step_ns)
+        episode = self.episodes[self._episode or 0]
+        reference = self.reference.values(targets, step_ns, episode)
         executed = np.zeros(h, dtype=bool)
         skipped = 0 if cfg.time_alignment == "none" else delay_steps(max(0.0, (now_ns - obs.stamp_ns) / 1e9), s.step_period_s)
         per_tick = max(1, round(self.period_ns / step_ns))
@@ -185,8 +248,9 @@ class EvalReplay(OfflineReplay):
         sent = self._sent(writer.messages, targets, step_ns)
         writer.messages.clear()
         predicted = np.where(executed[:, None] & np.isfinite(sent), sent, self._commands(actions))
-        tick = round((now_ns - self.t0) / self.period_ns)
-        self.table.add(tick, (now_ns - self.t0) / NS_PER_S, (targets - self.t0) / NS_PER_S, predicted, reference, executed)
+        tick = round((now_ns - episode.start_ns) / self.period_ns)  # counted from its episode's start
+        self.table.add(tick, (now_ns - self.t0) / NS_PER_S, (targets - self.t0) / NS_PER_S, predicted, reference, executed,
+                       episode.index)  # fmt: skip
 
     def _sent(self, messages: list[tuple[str, int, Any]], targets: np.ndarray, step_ns: int) -> np.ndarray:
         """[horizon, dims]: the commands in force at the instants — those the offline replay sent since the last
@@ -229,8 +293,8 @@ class EvalReplay(OfflineReplay):
     def evaluate(self, runtime: PolicyRuntime | None = None) -> dict[str, Any]:
         """Replay and compare; returns the summary. Raises EvalError, BagError or RuntimeLoadError."""
         started = time.perf_counter()
-        if not self.bag.exists():  # before the model loads
-            raise EvalError(f"bag {self.bag} does not exist")
+        if self._read is None:
+            self.check_bag()  # before the model loads
         runtime = runtime or self.load_runtime()
         self.horizon = runtime.model_config.action_horizon
         replay = self.run(runtime)
@@ -243,6 +307,8 @@ class EvalReplay(OfflineReplay):
         errors = self.table.summary()
         assert self.reference is not None
         minutes = replay["bag_duration_s"] / 60
+        timing, late = stamp_offsets(self._stamp_lags, [t for t in self.cameras if t], self.config.joint_state_topics,
+                                     self.eval_options.camera_offset_warn_s)  # fmt: skip
         return {
             "bag": str(self.bag), "params": self.config.source, "against": self.reference.against,
             "model": cfg.checkpoint or f"preset {cfg.model_preset}", "seed": cfg.seed, "engine_mode": cfg.engine_mode,
@@ -254,8 +320,27 @@ class EvalReplay(OfflineReplay):
             **errors,
             "outputs": {spec.name: list(dim_names([spec])) for spec in s.outputs},
             "wall_s": round(wall_s, 2), "wall_s_per_bag_minute": round(wall_s / minutes, 2) if minutes > 0 else None,
-            "warnings": replay["warnings"],
+            "input_timing": timing,
+            "episodes": self._episode_rows(),
+            "warnings": late + replay["warnings"],
+            # a bag read only in part (truncated, messages that do not decode): judged on what could be read
+            "damage": {"truncated": replay["truncated"], "undecodable_messages": replay["undecodable_messages"]},
         }  # fmt: skip
+
+
+    def _episode_rows(self) -> list[dict[str, Any]]:
+        """Per episode: its span, chunks, executed-steps MAE per dimension and its worst dimension."""
+        rows = []
+        for ep in self.episodes:
+            part = self.table.summary(episode=ep.index)
+            mae = {d: r["executed"]["mae"] for d, r in part["dims"].items()}
+            known = {d: v for d, v in mae.items() if v is not None}
+            worst = max(known, key=lambda d: known[d]) if known else None
+            rows.append({"index": ep.index, "source": ep.source, "start_s": round((ep.start_ns - self.t0) / NS_PER_S, 3),
+                         "duration_s": round((ep.end_ns - ep.start_ns) / NS_PER_S, 3), "chunks": self.table.episodes.count(ep.index),
+                         "executed_mae": mae, "mean_executed_mae": round(float(np.mean(list(known.values()))), 6) if known else None,
+                         "worst_dim": worst})  # fmt: skip
+        return rows
 
 
 def evaluate_bag(bag: str | Path, config: ReplayConfig, options: EvalOptions | None = None,

@@ -4,7 +4,8 @@ thresholds of ``oxygen-replay eval`` (no ROS).
 Each tick adds a [horizon, dims] prediction, the reference at the same instants (NaN: nothing recorded) and
 which steps would be executed. ``summary`` gives per dimension MAE, RMSE and max over every compared step and
 over the executed ones, the tick where it is worst, per horizon step the MAE, and for grippers how often
-predicted and recorded agree on open or closed (split at the middle of the recorded range).
+predicted and recorded agree on open or closed (split at the middle of the recorded range), and both sides'
+ranges with a hint where they look like one quantity in two units (`unit_hints`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from .unit_hints import unit_hint, value_ranges
 
 SCOPES = ("executed", "horizon")
 
@@ -29,9 +32,11 @@ class ErrorTable:
     predicted: list[np.ndarray] = field(default_factory=list)  # [H, D]
     reference: list[np.ndarray] = field(default_factory=list)  # [H, D]
     executed: list[np.ndarray] = field(default_factory=list)  # [H] bool
+    episodes: list[int] = field(default_factory=list)  # each tick's episode
 
     def add(self, tick: int, time_s: float, targets_s: np.ndarray, predicted: np.ndarray, reference: np.ndarray,
-            executed: np.ndarray) -> None:  # fmt: skip
+            executed: np.ndarray, episode: int = 0) -> None:  # fmt: skip
+        self.episodes.append(episode)
         self.ticks.append(tick)
         self.times_s.append(time_s)
         self.targets_s.append(np.asarray(targets_s, dtype=np.float64))
@@ -61,7 +66,18 @@ class ErrorTable:
             err = np.where(exe[:, :, None], err, np.nan)
         return _stats(np.abs(err), axis=1)
 
-    def summary(self) -> dict:
+    def of_episode(self, episode: int) -> "ErrorTable":
+        """The ticks of one episode, as a table of their own."""
+        keep = [i for i, e in enumerate(self.episodes) if e == episode]
+        part = ErrorTable(self.dims, self.grippers)
+        for name in ("ticks", "times_s", "targets_s", "predicted", "reference", "executed", "episodes"):
+            setattr(part, name, [getattr(self, name)[i] for i in keep])
+        return part
+
+    def summary(self, episode: int | None = None) -> dict:
+        """Per dimension errors over every tick (or one episode's)."""
+        if episode is not None:
+            return self.of_episode(episode).summary()
         err, exe, pred = self.arrays()
         ref = pred - err
         out: dict = {"horizon": self.horizon, "dims": {}}
@@ -83,6 +99,12 @@ class ErrorTable:
             }  # fmt: skip
             if self.grippers[d]:
                 row["gripper"] = _agreement(pred[:, :, d], ref[:, :, d], exe)
+            # the executed steps (what a controller receives) against what was recorded at the same instants
+            compared_exe = exe & np.isfinite(ref[:, :, d])
+            ranges = value_ranges(ref[:, :, d][compared_exe], pred[:, :, d][compared_exe])
+            if ranges is not None:  # both sides' ranges, and whether they look like two units of one quantity
+                row["ranges"] = {"recorded": [_num(v) for v in ranges.recorded], "policy": [_num(v) for v in ranges.policy]}
+                row["unit_hint"] = unit_hint(ranges)
             out["dims"][name] = row
         out["mae_by_step"] = [_num(v, 4) for v in _nanmean_rows(step_mae)]
         out["executed_steps"] = int(exe.sum(axis=1).max())
@@ -92,7 +114,7 @@ class ErrorTable:
         if not np.isfinite(values).any():
             return None
         i = int(np.nanargmax(values))
-        return {"tick": self.ticks[i], "time_s": round(self.times_s[i], 3), "mae": _num(values[i])}
+        return {"tick": self.ticks[i], "episode": self.episodes[i], "time_s": round(self.times_s[i], 3), "mae": _num(values[i])}
 
 
 def _stats(abs_err: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -163,16 +185,18 @@ class Failure:
     value: float
     limit: float
     worst: dict | None
+    unit_hint: str | None = None
 
     @property
     def ratio(self) -> float:
         return self.value / self.limit if self.limit > 0 else math.inf
 
     def line(self, scope: str) -> str:
-        where = (f"; worst tick {self.worst['tick']} at {self.worst['time_s']:.2f} s (MAE {self.worst['mae']:.4g})"
-                 if self.worst else "")  # fmt: skip
+        where = (f"; worst tick {self.worst['tick']} of episode {self.worst.get('episode', 0)} at {self.worst['time_s']:.2f} s "
+                 f"(MAE {self.worst['mae']:.4g})" if self.worst else "")  # fmt: skip
         steps = "executed steps" if scope == "executed" else "whole horizon"
-        return f"{self.dim}: {steps} {self.metric.upper()} {self.value:.4g} > {self.limit:g}{where}"
+        units = f"; units: {self.unit_hint}" if self.unit_hint else ""
+        return f"{self.dim}: {steps} {self.metric.upper()} {self.value:.4g} > {self.limit:g}{where}{units}"
 
 
 def check_limits(summary: Mapping, outputs_of: Mapping[str, str], max_mae: Mapping[str, float],
@@ -185,5 +209,5 @@ def check_limits(summary: Mapping, outputs_of: Mapping[str, str], max_mae: Mappi
             limit = limit_for(dim, outputs_of.get(dim, ""), limits)
             value = stats[metric]
             if limit is not None and value is not None and value > limit:
-                failures.append(Failure(dim, metric, value, limit, row["worst_tick"][scope]))
+                failures.append(Failure(dim, metric, value, limit, row["worst_tick"][scope], row.get("unit_hint")))
     return sorted(failures, key=lambda f: -f.ratio)

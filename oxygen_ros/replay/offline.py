@@ -187,8 +187,10 @@ class OfflineReplay:
                 store.reject_image(slot, str(exc), stamp, recv)
                 return
             store.put_image(slot, image, stamp, recv, str(obj.header.frame_id))
+            self._stamped(msg.topic, stamp, recv)
         elif msg.topic in self.state_source:
             stamp = stamp_to_ns(obj.header.stamp)
+            self._stamped(msg.topic, stamp, recv)
             source = self.state_source[msg.topic]
             prefix = self.config.settings.joint_sources[source].prefix
             self.guard.measured.put([prefix + n for n in obj.name], list(obj.position), recv)
@@ -200,6 +202,10 @@ class OfflineReplay:
             store.put_joint_state(positions, stamp, recv, source)
         elif msg.topic == self.config.instruction_topic:
             store.put_instruction(str(obj.data), recv)
+
+    def _stamped(self, topic: str, stamp_ns: int, received_ns: int) -> None:
+        """A camera image or joint state taken in, with its header stamp and recorded time (for tools that look
+        at the inputs' timing)."""
 
     def _skip(self, tick: int, now_ns: int, t0: int, kind: str, reason: str) -> None:
         self.skips[kind] += 1
@@ -259,9 +265,9 @@ class OfflineReplay:
         each instant; the bag's later states are not read yet here)."""
         s, cfg = self.config.settings, runtime.config
         n_steps = runtime.n_action_steps
-        problems = [p for spec in s.outputs if (p := self.guard.chunk_problem(spec, spec.values(actions)))]
-        if problems:
-            self._hold(writer, now_ns, "bad_output", problems[0])
+        refusal = self.guard.check_chunk({spec.name: spec.values(actions) for spec in s.outputs})
+        if refusal is not None:  # counted by output, joint and reason (the summary's safety.refusals)
+            self._hold(writer, now_ns, "bad_output", str(refusal))
             return
         messages = []
         for spec in s.outputs:
@@ -300,10 +306,12 @@ class OfflineReplay:
         self.trajectories += sum(1 for _, spec, _, _ in messages if spec.type == "joint_trajectory")
 
     def _hold(self, writer: BagWriter, now_ns: int, kind: str, reason: str) -> None:
-        """Every output to its hold command, as the node sends it when a chunk is no command at all."""
+        """Every output to its hold command, as the node sends it when a chunk is no command at all (each time:
+        while holding already too, the tick's answer)."""
         s = self.config.settings
-        if not (s.publish_trajectory and s.outputs) or not self.guard.hold(kind, reason, now_ns):
+        if not (s.publish_trajectory and s.outputs):
             return
+        self.guard.hold(kind, reason, now_ns)
         messages = []
         for spec in s.outputs:
             command = self.guard.hold_command(spec, now_ns)
@@ -345,14 +353,14 @@ class OfflineReplay:
             store = self._input_store(runtime)
             s = self.config.settings
             t0, end = reader.start_ns, reader.end_ns
-            n_ticks = (end - t0) // self.period_ns + 1 if reader.message_count else 0
+            instants = self._tick_instants(t0, end) if reader.message_count else []
+            n_ticks = len(instants)
             period_s = self.period_ns / NS_PER_S
             messages = reader.messages(topics)
             pending = next(messages, None)
             now = t0
             with self._open_output() as writer:
-                for tick in range(n_ticks):
-                    now = t0 + round(tick * NS_PER_S / s.control_rate_hz)
+                for tick, now in enumerate(instants):
                     while pending is not None and pending.timestamp_ns <= now:
                         self._feed(store, reader, pending)
                         pending = next(messages, None)
@@ -364,6 +372,11 @@ class OfflineReplay:
             truncated = reader.truncated
         stats = runtime.stats()
         return self._summary(runtime, stats, n_ticks, t0, end, truncated, time.perf_counter() - wall_start)
+
+    def _tick_instants(self, t0: int, end: int) -> list[int]:
+        """The control ticks' bag times: from the bag's first message, every period, to its last."""
+        rate = self.config.settings.control_rate_hz
+        return [t0 + round(k * NS_PER_S / rate) for k in range((end - t0) // self.period_ns + 1)]
 
     def _check_output(self) -> None:
         if self.output.resolve() == self.bag.resolve():
@@ -479,7 +492,8 @@ class OfflineReplay:
             "trajectories": self.trajectories,
             "clamped_positions": self.clamped,
             "safety": {"holds": dict(self.guard.state.holds),
-                       "limit_hits": {f"{o}/{j}/{k}": n for (o, j, k), n in sorted(self.guard.hits.snapshot().items())}},
+                       "limit_hits": {f"{o}/{j}/{k}": n for (o, j, k), n in sorted(self.guard.hits.snapshot().items())},
+                       "refusals": self.guard.refusals.summary()},
             "skipped": dict(sorted(self.skips.items())),
             "skipped_ticks": self.skipped_ticks,
             "inputs": dict(sorted(self.inputs.items())),
@@ -515,8 +529,16 @@ class OfflineReplay:
                 "decode_s": _stats(self.decode_wall),
                 "wall_s": wall_s,
             },
-            "warnings": self.warnings,
+            "warnings": self.warnings + self._refusal_warnings(),
         }
+
+    def _refusal_warnings(self) -> list[str]:
+        """Refused chunks said once, with the last reason (each is counted in the summary's safety.refusals)."""
+        line = self.guard.refusals.line()
+        if not line:
+            return []
+        return [f"{line}: no controller command from them, the outputs held (last: {self.guard.refusals.last}); "
+                "the model's actions and the params file's limits disagree (docs/safety.md)"]
 
 
 def replay_offline(bag: str | Path, output: str | Path, config: ReplayConfig, options: OfflineOptions | None = None,

@@ -13,8 +13,9 @@ A chunk's action i, for an observation stamped ``s``, belongs to the instant ``T
 * achieved states: the joint state's positions of the output's joints, linear between messages (by header
   stamp), nothing outside the recording.
 
-Where the bag carries the simulator node's episode events, instants in another episode than the observation
-give nothing (a chunk near an episode's end is not compared with the next episode's start).
+Instants outside the chunk's episode (`episodes`: the episode events where the bag has them, else pauses in
+the joint states) give nothing: a chunk near an episode's end is not compared with the next episode's start,
+nor with states interpolated across a pause.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy as np
 from oxygen_ros.interface.convert import stamp_to_ns
 from oxygen_ros.runtime.outputs import OutputSpec
 
+from .episodes import Episode
 from .bagio import FLOAT64_ARRAY, JOINT_STATE, JOINT_TRAJECTORY, STRING, TWIST_STAMPED, BagReader
 
 HOLD_LIMIT_S = 0.1  # a streamed command older than this is not the one in force (MoveIt Servo's timeout)
@@ -80,19 +82,19 @@ class Timeline:
 
 @dataclass
 class Reference:
-    """The bag's side of the comparison: one timeline per output, the episode starts."""
+    """The bag's side of the comparison: one timeline per output, the episode events' times."""
 
     against: str
     timelines: list[Timeline]
     episode_starts_ns: np.ndarray
     joint_state_names: tuple[str, ...]
+    episode_ends_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
-    def values(self, targets_ns: np.ndarray, observed_ns: int, step_ns: int) -> np.ndarray:
-        """[len(targets), dims] over every output, NaN where nothing was recorded or past the observation's episode."""
+    def values(self, targets_ns: np.ndarray, step_ns: int, episode: Episode | None = None) -> np.ndarray:
+        """[len(targets), dims] over every output, NaN where nothing was recorded or outside ``episode``."""
         out = np.concatenate([t.at(targets_ns, step_ns) for t in self.timelines], axis=1)
-        if len(self.episode_starts_ns):
-            episode = np.searchsorted(self.episode_starts_ns, observed_ns, side="right")
-            out[np.searchsorted(self.episode_starts_ns, targets_ns, side="right") != episode] = np.nan
+        if episode is not None:
+            out[~episode.contains(np.asarray(targets_ns, dtype=np.int64))] = np.nan
         return out
 
 
@@ -124,12 +126,15 @@ def load_reference(reader: BagReader, outputs: Sequence[OutputSpec], topics: Seq
     has_episodes = episode_topic in bag and bag[episode_topic].msgtype == STRING
     messages: dict[str, list] = {t: [] for t in wanted}
     starts: list[int] = []
+    ends: list[int] = []
     for msg in reader.messages(wanted + ([episode_topic] if has_episodes else [])):
         obj = reader.deserialize(msg)
         if msg.topic == episode_topic and has_episodes:
             event = _json(obj.data)
             if event.get("event") == "start":
                 starts.append(msg.timestamp_ns)
+            elif event.get("event") == "end":
+                ends.append(msg.timestamp_ns)
             if msg.topic not in messages:
                 continue
         messages[msg.topic].append((msg.timestamp_ns, obj))
@@ -138,7 +143,8 @@ def load_reference(reader: BagReader, outputs: Sequence[OutputSpec], topics: Seq
         names: tuple[str, ...] = ()
     else:
         timelines, names = _state_timelines(outputs, joint_state_topic, messages[joint_state_topic])
-    return Reference(against, timelines, np.asarray(sorted(starts), dtype=np.int64), names)
+    return Reference(against, timelines, np.asarray(sorted(starts), dtype=np.int64), names,
+                     np.asarray(sorted(ends), dtype=np.int64))
 
 
 def _json(text: str) -> dict:

@@ -16,6 +16,7 @@ up unconfigured instead), 2 for a bad command line.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -34,6 +35,13 @@ USAGE = (
     "                      later files override earlier ones\n"
     "  --ros-args ...      standard ROS arguments (-p name:=value, -r __ns:=/robot, --params-file, ...)"
 )
+LIFECYCLE_USAGE = (
+    "usage: oxygen_lifecycle_node [--autostart] [--params-file PATH]... [--ros-args ...]\n"
+    "  the managed node (oxygen_node --lifecycle): starts unconfigured, driven by ~/change_state\n"
+    "  --autostart         configure and activate at start\n"
+    + USAGE.split("\n", 3)[3]  # the options after --lifecycle and --autostart, as oxygen_node's
+)
+NODE_FLAGS = ("--lifecycle", "--autostart", "--exit-with-parent")
 SHUTDOWN_TIMEOUT_S = 10.0
 GIL_SWITCH_INTERVAL_S = 0.00025
 REPEAT_WINDOW_S = 1.0  # a signal within this long after the first is the same shutdown request
@@ -56,10 +64,12 @@ def ros_arguments(argv: Sequence[str]) -> list[str]:
     return parse_options(argv).args
 
 
-def parse_options(argv: Sequence[str]) -> Options:
-    """The command line: --lifecycle/--autostart and ROS arguments (see `ros_arguments`)."""
+def parse_options(argv: Sequence[str], usage: str = USAGE, node_flags: Sequence[str] = NODE_FLAGS) -> Options:
+    """The command line: the node's flags (`node_flags`, of --lifecycle/--autostart/--exit-with-parent) and ROS
+    arguments (see `ros_arguments`); `usage` is what --help prints, its program name the one errors carry."""
     plain: list[str] = []
-    flags = {"--lifecycle": False, "--autostart": False, "--exit-with-parent": False}
+    flags = {flag: False for flag in node_flags}
+    program_name = usage.split()[1]
     rest = list(argv)
     program, args = (rest[0], rest[1:]) if rest else ("oxygen_node", [])
     ros: list[str] = []
@@ -70,7 +80,7 @@ def parse_options(argv: Sequence[str]) -> Options:
             ros = args[i:]
             break
         if arg in ("-h", "--help"):
-            print(USAGE)
+            print(usage)
             raise SystemExit(0)
         if arg in flags:
             flags[arg] = True
@@ -79,28 +89,29 @@ def parse_options(argv: Sequence[str]) -> Options:
         if arg == "--params-file" or arg.startswith("--params-file="):
             path = arg.split("=", 1)[1] if "=" in arg else (args[i + 1] if i + 1 < len(args) else "")
             if not path:
-                _die("--params-file needs a path", code=2)
+                _die("--params-file needs a path", code=2, program=program_name)
             plain += ["--params-file", path]
             i += 1 if "=" in arg else 2
             continue
-        _die(f"unknown argument {arg!r}\n{USAGE}", code=2)
+        _die(f"unknown argument {arg!r}\n{usage}", code=2, program=program_name)
     if plain:
         # Plain files first: a --params-file inside --ros-args (given later) overrides them.
         ros = ["--ros-args", *plain, *ros[1:]]
-    if flags["--autostart"] and not flags["--lifecycle"]:
+    if flags.get("--autostart") and not flags.get("--lifecycle"):
         _die("--autostart needs --lifecycle (the plain node always starts active)", code=2)
-    return Options([program, *ros], flags["--lifecycle"], flags["--autostart"], flags["--exit-with-parent"])
+    return Options([program, *ros], flags.get("--lifecycle", False), flags.get("--autostart", False),
+                   flags.get("--exit-with-parent", False))  # fmt: skip
 
 
-def _die(message: str, code: int = 1) -> None:
-    print(f"oxygen_node: error: {message}", file=sys.stderr, flush=True)
+def _die(message: str, code: int = 1, program: str = "oxygen_node") -> None:
+    print(f"{program}: error: {message}", file=sys.stderr, flush=True)
     raise SystemExit(code)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, usage: str = USAGE) -> int:
     """Console entry point; returns the exit code."""
     try:
-        return _run(require_params_files(parse_options(sys.argv if argv is None else argv)))
+        return _run(require_params_files(parse_options(sys.argv if argv is None else argv, usage)))
     except SystemExit as exc:  # --help, or _die: the message is printed already
         return int(exc.code or 0)
 
@@ -108,19 +119,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 def require_params_files(options: Options, program: str = "oxygen_node") -> Options:
     """The options, after checking that every --params-file names a readable file (rcl's own message for a
     missing one is its YAML parser's "Error opening YAML file, at .../parser.c"); SystemExit(2) saying which."""
-    args = options.args
-    for flag, path in zip(args, args[1:]):
-        if flag == "--params-file" and not os.path.isfile(path):
-            where = f" (from {os.getcwd()})" if not os.path.isabs(path) else ""
-            print(f"{program}: error: --params-file {path}: no such file{where}", file=sys.stderr, flush=True)
+    from oxygen_ros.runtime.paths import resolve_data_path, where_looked
+
+    args = list(options.args)
+    for i, (flag, path) in enumerate(zip(args, args[1:])):
+        if flag != "--params-file":
+            continue
+        found = resolve_data_path(path)  # a relative path from the working directory, else the package's folders
+        if not os.path.isfile(found):
+            print(f"{program}: error: --params-file {path}: no such file{where_looked(path)}", file=sys.stderr, flush=True)
             raise SystemExit(2)
-    return options
+        args[i + 1] = found
+    return dataclasses.replace(options, args=args)
 
 
 def lifecycle_main() -> int:
     """`oxygen_lifecycle_node`: the managed node (add --autostart to configure and activate at start)."""
     argv = list(sys.argv)
-    return main([argv[0], "--lifecycle", *argv[1:]])
+    return main([argv[0], "--lifecycle", *argv[1:]], LIFECYCLE_USAGE)
 
 
 class ShutdownRequest:

@@ -14,7 +14,7 @@ from std_msgs.msg import String
 from oxygen_ros.interface.convert import compressed_image_to_array, image_to_array, joint_positions, stamp_to_ns
 
 from .episode_starts import EpisodeStarts
-from .instruction_sub import InstructionSubscription
+from .latched_topic import LiveAndLatchedSubscription
 from .robot_ports import RobotPorts
 
 __all__ = ["InputCallbacks"]
@@ -43,7 +43,7 @@ class InputCallbacks:
         for source, joints in enumerate(s.joint_sources):  # one per joint-state topic (none without joint_names)
             subs.append(self.create_subscription(JointState, port.topic(joints.topic), partial(self._on_joint_state, port, source),
                                                  qos_profile_sensor_data, callback_group=self._input_group))
-        port.instruction = InstructionSubscription(self, port.topic(s.instruction_topic), partial(self._on_instruction, port),
+        port.instruction = LiveAndLatchedSubscription(self, String, port.topic(s.instruction_topic), partial(self._on_instruction, port),
                                                    partial(self._on_incompatible_instruction, port), self._input_group)  # fmt: skip
         if s.episode_topic:
             port.episodes = EpisodeStarts(self, port.topic(s.episode_topic), partial(port.log.warn, "bad_episode_report"),
@@ -58,6 +58,7 @@ class InputCallbacks:
         self._store_image(port, slot, msg, compressed_image_to_array)
 
     def _store_image(self, port: RobotPorts, slot: int, msg: Any, convert: Callable[[Any], Any]) -> None:
+        timeline = port.store.timeline  # before the receive time: a jump handled in between is noticed
         recv = self._now_ns()
         stamp = stamp_to_ns(msg.header.stamp)
         try:
@@ -67,11 +68,12 @@ class InputCallbacks:
             return
         if not image.flags.writeable:  # a view of the message's bytes: own it (torch wants writable arrays)
             image = image.copy()
-        reason = port.store.put_image(slot, image, stamp, recv, msg.header.frame_id)
+        reason = port.store.put_image(slot, image, stamp, recv, msg.header.frame_id, timeline)
         if reason:
             port.log.warn("bad_image", reason)
 
     def _on_joint_state(self, port: RobotPorts, source: int, msg: JointState) -> None:
+        timeline = port.store.timeline
         recv = self._now_ns()
         stamp = stamp_to_ns(msg.header.stamp)
         joints = self.settings.joint_sources[source]
@@ -82,7 +84,7 @@ class InputCallbacks:
         except Exception as exc:
             port.log.warn("bad_joint_state", port.store.reject_joint_state(str(exc), stamp, recv, source))
             return
-        port.store.put_joint_state(positions, stamp, recv, source)
+        port.store.put_joint_state(positions, stamp, recv, source, timeline)
 
     def _on_instruction(self, port: RobotPorts, msg: String, info: Any) -> None:
         reason = port.store.put_instruction(msg.data, self._now_ns(), sent_ns=int(info.get("source_timestamp", 0)))

@@ -53,7 +53,7 @@ class RobotPorts:
     safety: SafetyPort | None = None  # the stop input, hold watchdog and safety diagnostics of the outputs
     text_pubs: dict[str, TextPublishers] = field(default_factory=dict)
     subscriptions: list[Any] = field(default_factory=list)
-    instruction: Any = None  # the InstructionSubscription while active
+    instruction: Any = None  # the instruction's LiveAndLatchedSubscription while active
     episodes: Any = None  # the EpisodeStarts of a simulator (episode_topic) while active
     last_chunk_s: float | None = None  # node-clock time of the tick of the last chunk
     last_latency_s: float = 0.0  # observation → publication of the last chunk

@@ -4,7 +4,7 @@ Under `use_sim_time` the node clock follows `/clock`, and rcl calls the clock's 
 message moves it back (any amount, as tf2_ros does) or forward by more than `FORWARD_JUMP_S`, and when ROS time
 is switched on or off. The first `/clock` message moves the clock from 0: that is the clock starting, not a
 jump. Under system time rcl calls no jump callback, so `check` (called at each control tick) compares the
-clock with the monotonic clock instead.
+clock with the monotonic clock instead (`MonotonicCheck`).
 
 `on_jump` is called from the thread that updated the clock (an executor thread for `/clock`) or from the
 caller of `check`; it must be quick and must not block. `epoch` is odd from just before rcl moves the clock
@@ -14,7 +14,6 @@ and after) knows its reading and the state it read belong to one timeline.
 
 from __future__ import annotations
 
-import time
 from typing import Callable
 
 from rclpy.clock import ClockChange, JumpHandle, JumpThreshold, ROSClock, TimeJump
@@ -56,12 +55,13 @@ class ClockJumpWatch:
             return  # the first /clock message: sim time starts
         self.on_jump(ClockJump(delta_ns, now_ns, "/clock" if self.clock.ros_time_is_active else "clock", change))
 
-    def check(self, now_ns: int) -> None:
-        """At a control tick, with the node clock's reading: under system time, a jump the monotonic clock shows."""
+    def check(self) -> None:
+        """At a control tick: under system time, a step the monotonic clock shows (read here, both clocks
+        together)."""
         if self.clock.ros_time_is_active:  # rcl watches ROS time and calls `_on_time_jump`
             self._monotonic.restart()
             return
-        jump = self._monotonic.check(now_ns, time.monotonic_ns())
+        jump = self._monotonic.read(lambda: self.clock.now().nanoseconds)
         if jump is not None:
             self.on_jump(jump)
 

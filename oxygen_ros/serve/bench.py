@@ -92,6 +92,13 @@ def measure(port: int, layout: str, clients: int, seconds: float) -> tuple[float
 @contextmanager
 def server(params_file: str, *args: str) -> Iterator[int]:
     """oxygen-serve in a subprocess on a free loopback port; yields the port."""
+    with server_process(params_file, *args) as (_, port):
+        yield port
+
+
+@contextmanager
+def server_process(params_file: str, *args: str) -> Iterator[tuple[subprocess.Popen, int]]:
+    """oxygen-serve in a subprocess on a free loopback port; yields the process and the port."""
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
     env = {**os.environ, **NO_PROXY}
     proc = subprocess.Popen([sys.executable, "-m", "oxygen_ros.serve.cli", "--params-file", params_file, "--port", "0",
@@ -102,7 +109,7 @@ def server(params_file: str, *args: str) -> Iterator[int]:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"oxygen-serve did not start:\n{Path(log.name).read_text()}")
             time.sleep(0.2)
-        yield int(m.group(1))
+        yield proc, int(m.group(1))
     finally:
         proc.terminate()
         proc.wait(timeout=30)

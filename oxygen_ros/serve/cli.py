@@ -12,22 +12,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import gc
 import json
 import logging
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from oxygen_ros.interface.settings import ConfigError, settings_from_values
-from oxygen_ros.runtime import RuntimeConfig
+from oxygen_ros.engine.mode_names import FLEET_MODES
 from oxygen_ros.runtime.params_file import ParamsFileError, read_params_file
 from oxygen_ros.runtime.paths import with_resolved_paths
-from oxygen_ros.runtime.policy import PolicyRuntime, RuntimeLoadError
 from oxygen_ros.runtime.reset_pose import reset_pose
 
 from .layouts import LAYOUTS, layout_for
-from .scheduler import FLEET_MODES, FleetScheduler
-from .server import PolicyServer, ServeOptions
+
+if TYPE_CHECKING:  # torch and the model: loaded by build(), after the command line is read
+    from oxygen_ros.runtime import RuntimeConfig
+
+    from .server import PolicyServer
+
+AUTO_LAYOUT = "auto"  # --layout auto: the layout of the embodiment the loaded checkpoint decides
 
 log = logging.getLogger("oxygen_ros.serve")
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -36,6 +41,8 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 def load_config(params_file: str, node: str | None = None) -> tuple[RuntimeConfig, dict]:
     """The runtime configuration of a node parameters file, without the ROS side's joint conversions, and the
     file's values."""
+    from oxygen_ros.interface.settings import settings_from_values
+
     values, _ = read_params_file(params_file, node=node)
     values = with_resolved_paths(values, Path(params_file).resolve().parent.parent)
     _, config = settings_from_values(values)
@@ -59,17 +66,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key", default=None, help="refuse handshakes without 'Authorization: Api-Key <key>' (401)")
     p.add_argument("--max-message-bytes", type=int, default=16 * 1024 * 1024,
                    help="largest request accepted; a bigger one closes the connection with 1009 (default 16 MiB)")
-    p.add_argument("--max-clients", type=int, default=8, help="robots served at once (each has a KV reserve)")
-    p.add_argument("--layout", choices=sorted(LAYOUTS), default=None,
-                   help="openpi observation keys (default: the parameters file's embodiment)")
+    p.add_argument("--max-clients", type=int, default=8,
+                   help="robots served at once (each has a KV reserve; default %(default)s)")
+    p.add_argument("--layout", choices=[*sorted(LAYOUTS), AUTO_LAYOUT], default=AUTO_LAYOUT,
+                   help="openpi observation keys (default auto: the parameters file's embodiment, or, where that is "
+                   "auto, the one the checkpoint's openpi asset id names)")
     p.add_argument("--metadata", default=None, help="JSON map sent first on each connection (default: the layout's)")
     p.add_argument("--engine-mode", choices=FLEET_MODES, default=None,
                    help="override the parameters file's engine_mode (action_only: chunks without text)")
     p.add_argument("--one-at-a-time", action="store_true", help="one request per engine tick, as openpi's server")
     p.add_argument("--batch-window-ms", type=float, default=10.0,
                    help="how long a tick waits for the other connected robots' requests (default 10)")
-    p.add_argument("--answer-max-tokens", type=int, default=24, help="token limit of an answer to a request's 'ask'")
-    p.add_argument("--log-period-s", type=float, default=10.0, help="period of the fleet's rate and latency line")
+    p.add_argument("--answer-max-tokens", type=int, default=24,
+                   help="token limit of an answer to a request's 'ask' (default %(default)s)")
+    p.add_argument("--log-period-s", type=float, default=10.0,
+                   help="period in seconds of the fleet's rate and latency line (default %(default)s)")
     return p
 
 
@@ -80,13 +91,19 @@ def build(args: argparse.Namespace) -> PolicyServer:
     metadata = json.loads(args.metadata) if args.metadata else None
     if metadata is not None and not isinstance(metadata, dict):
         raise ValueError("--metadata must be a JSON map")
+    from oxygen_ros.runtime.policy import PolicyRuntime
+
+    from .scheduler import FleetScheduler
+    from .server import PolicyServer, ServeOptions
+
     config, values = load_config(args.params_file, args.node_name)
     if args.engine_mode:
         config = dataclasses.replace(config, engine_mode=args.engine_mode)
-    if args.layout is None and config.embodiment != "auto":
+    override = None if args.layout == AUTO_LAYOUT else args.layout
+    if override is None and config.embodiment != "auto":
         layout_for(config.embodiment)  # refused before the model is loaded
     runtime = PolicyRuntime.load(config)
-    layout = layout_for(runtime.adapter.name, args.layout)  # auto: the checkpoint's openpi asset id decided
+    layout = layout_for(runtime.adapter.name, override)  # embodiment auto: the checkpoint's openpi asset id decided
     if metadata is None:
         metadata = served_metadata(layout.metadata, values)
     scheduler = FleetScheduler(runtime, max_robots=args.max_clients, one_at_a_time=args.one_at_a_time,
@@ -114,11 +131,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.host not in LOOPBACK:
         log.warning("binding %s: robots on other hosts can reach this server%s", args.host,
                     "" if args.api_key else " without an API key (set --api-key)")
+    from oxygen_ros.interface.settings import ConfigError
+    from oxygen_ros.runtime.policy import RuntimeLoadError
+
     try:
         server = build(args)
     except (ParamsFileError, ConfigError, RuntimeLoadError, ValueError) as exc:
         print(f"oxygen-serve: {exc}", file=sys.stderr)
         return 2
+    # The loaded model is ~300k objects that live as long as the process; a full collection walks them all
+    # (about 300 ms on a 2-core machine), holding the GIL and so the event loop. Frozen, they are skipped.
+    gc.collect()
+    gc.freeze()
     server.scheduler.start()
     try:
         asyncio.run(_serve(server))

@@ -4,7 +4,7 @@ An array travels as a map whose marker keys are msgpack *bin*: ``b"__ndarray__"`
 bytes), ``b"dtype"`` (a numpy dtype string such as ``"<f4"``), ``b"shape"``; a numpy scalar as
 ``b"__npgeneric__"``, ``b"data"``, ``b"dtype"``. User keys are msgpack str. Decoding checks every marker map
 (known dtype kinds only, data length = shape × item size) and returns writable copies, so nothing a client
-sends reaches numpy's object or pickle paths.
+sends reaches numpy's object or pickle paths. What a frame may expand to is bounded (``frame_bounds``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from typing import Any
 import msgpack
 import numpy as np
 
-__all__ = ["MessageError", "pack", "unpack"]
+from .frame_bounds import FrameBounds, FrameRefused, ObjectBudget, check_depth, refusal_for_limit
+
+__all__ = ["FrameBounds", "FrameRefused", "MessageError", "pack", "unpack"]
 
 ARRAY_KEY, SCALAR_KEY = b"__ndarray__", b"__npgeneric__"
 ALLOWED_KINDS = "biuf"  # bool, signed and unsigned integers, floats: what robot observations hold
@@ -80,16 +82,34 @@ def _object_hook(obj: dict) -> Any:
     return obj
 
 
-def unpack(frame: bytes | str) -> dict[str, Any]:
-    """A request → its map; raises :class:`MessageError` saying why it is not one."""
+def unpack(frame: bytes | str, bounds: FrameBounds = FrameBounds()) -> dict[str, Any]:
+    """A request → its map; raises :class:`MessageError` saying why it is not one, or :class:`FrameRefused`
+    where it would expand past ``bounds``."""
     if isinstance(frame, str):
         raise MessageError("requests are binary msgpack frames; got a text frame")
+    budget = ObjectBudget(bounds)
+
+    def on_map(obj: dict) -> Any:
+        budget.spend(obj)
+        return _object_hook(obj)
+
+    def on_list(obj: list) -> list:
+        budget.spend(obj)
+        return obj
+
     try:
-        obj = msgpack.unpackb(frame, object_hook=_object_hook, raw=False, strict_map_key=False)
-    except MessageError:
+        obj = msgpack.unpackb(frame, object_hook=on_map, list_hook=on_list, raw=False, strict_map_key=False,
+                              **bounds.unpacker_limits())  # fmt: skip
+    except (MessageError, FrameRefused):
         raise
-    except Exception as exc:  # msgpack's own errors: ExtraData, FormatError, StackError, ValueError ...
+    except msgpack.StackError:  # deeper than msgpack's own stack (1024 levels)
+        raise FrameRefused(f"the request nests maps and arrays deeper than {bounds.max_depth} levels") from None
+    except Exception as exc:  # msgpack's own errors: ExtraData, FormatError, ValueError ...
+        refusal = refusal_for_limit(exc) if isinstance(exc, ValueError) else None
+        if refusal is not None:
+            raise refusal from None
         raise MessageError(f"the request is not msgpack: {type(exc).__name__}: {exc}") from None
     if not isinstance(obj, dict):
         raise MessageError(f"a request must be a msgpack map of observation keys, got {type(obj).__name__}")
+    check_depth(obj, bounds.max_depth)
     return obj

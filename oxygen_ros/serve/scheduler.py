@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oxygen_ros.engine import FrameInput, QuestionRefused
+from oxygen_ros.engine.mode_names import FLEET_MODES
 from oxygen_ros.runtime.policy import InputError, PolicyRuntime
 
 from .layouts import Observation, ObservationError
@@ -28,7 +29,6 @@ from .stats import ServeStats
 from .text_board import TextBoard
 
 log = logging.getLogger(__name__)
-FLEET_MODES = ("oxygen", "action_only")
 
 
 @dataclass

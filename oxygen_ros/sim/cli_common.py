@@ -7,13 +7,14 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
 from oxygen_ros.runtime import RuntimeConfig
 
-from .evaluate import EvalSettings
+if TYPE_CHECKING:  # evaluate imports torch; the command line is read without it
+    from .evaluate import EvalSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_PARAMS = ROOT / "config" / "demo_policy.yaml"

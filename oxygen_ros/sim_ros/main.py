@@ -19,10 +19,21 @@ from typing import Sequence
 
 from oxygen_ros.ros.main import Options, parse_options, require_params_files, signal_when_parent_dies
 
+USAGE = (
+    "usage: oxygen_sim_node [--exit-with-parent] [--params-file PATH]... [--ros-args ...]\n"
+    "  the simulated robot: the table-top arm (backend: tabletop, config/demo_sim.yaml) or the MuJoCo ALOHA\n"
+    "  (backend: aloha, config/aloha_sim.yaml, config/aloha_demo_sim.yaml)\n"
+    "  --exit-with-parent  stop cleanly (as on SIGTERM) when the process that started it dies (Linux)\n"
+    "  --params-file PATH  ROS 2 parameters YAML (same as --ros-args --params-file PATH); repeatable,\n"
+    "                      later files override earlier ones\n"
+    "  --ros-args ...      standard ROS arguments (-p episodes:=5, -r __ns:=/arm, --params-file, ...)"
+)
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        return _run(require_params_files(parse_options(sys.argv if argv is None else argv), "oxygen_sim_node"))
+        options = parse_options(sys.argv if argv is None else argv, USAGE, ("--exit-with-parent",))
+        return _run(require_params_files(options, "oxygen_sim_node"))
     except SystemExit as exc:
         return int(exc.code or 0)
 

@@ -7,13 +7,20 @@ import json
 import sys
 from dataclasses import replace
 
-from .recipes import ENVS, OUT_DIRS, recipe, sources
-from .trainer import summary, train
+from .recipes import ALIASES, ENVS, OUT_DIRS, recipe, sources
+
+
+def env_name(value: str) -> str:
+    """--env's value; the older spelling is taken, with a note naming the current one."""
+    if value in ALIASES:
+        print(f"oxygen-train-demo: note: --env {value} is now spelled {ALIASES[value]}", file=sys.stderr)
+        return ALIASES[value]
+    return value
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--env", choices=ENVS, default=ENVS[0])
+    pre.add_argument("--env", type=env_name, choices=ENVS, default=ENVS[0])
     env = pre.parse_known_args(argv)[0].env
     d = recipe(env)
     p = argparse.ArgumentParser(
@@ -22,19 +29,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "on the fly, seeds >= 1000000) and write the checkpoint, tokenizer, norm stats and loss curves. "
         "The defaults are the recipe of the committed checkpoint of --env.",
     )
-    p.add_argument("--env", choices=ENVS, default=ENVS[0],
-                   help="table_top: the package's own pick task (models/demo); aloha_transfer_cube: the MuJoCo "
+    p.add_argument("--env", type=lambda v: ALIASES.get(v, v), choices=ENVS, default=ENVS[0],
+                   help="tabletop (also spelled table_top): the package's own pick task (models/demo); aloha_transfer_cube: the MuJoCo "
                    "ALOHA's cube hand-over in openpi's ALOHA layout (models/aloha) (default %(default)s)")
     p.add_argument("--steps", type=int, default=d.steps, help="optimizer steps (default %(default)s)")
-    p.add_argument("--seed", type=int, default=d.seed, help="seed of initialization, batches, noise and flow times")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of initialization, batches, noise and flow times (default %(default)s)")
     p.add_argument("--out", default=OUT_DIRS[env], help="checkpoint folder (default %(default)s)")
     p.add_argument("--samples", type=int, default=d.samples, help="expert samples to generate (default %(default)s)")
     p.add_argument("--data-workers", type=int, default=d.data_workers, help="processes generating them (default %(default)s)")
-    p.add_argument("--batch-size", type=int, default=d.batch_size)
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--warmup-steps", type=int, default=d.warmup_steps)
-    p.add_argument("--flow-weight", type=float, default=d.flow_weight)
-    p.add_argument("--text-weight", type=float, default=d.text_weight)
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help="samples per optimizer step (default %(default)s)")
+    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate, after the warm-up, then cosine decay (default %(default)s)")
+    p.add_argument("--warmup-steps", type=int, default=d.warmup_steps, help="linear warm-up steps of the learning rate (default %(default)s)")
+    p.add_argument("--flow-weight", type=float, default=d.flow_weight, help="weight of the flow-matching (action) loss (default %(default)s)")
+    p.add_argument("--text-weight", type=float, default=d.text_weight, help="weight of the text tasks' next-token loss (default %(default)s)")
     p.add_argument("--grounding-weight", type=float, default=d.grounding_weight,
                    help="weight of the grounding loss: a training-only head points at the named object in every "
                    "camera image (0 = off; default %(default)s)")
@@ -60,8 +67,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ema-decay", type=float, default=d.ema_decay,
                    help="save a moving average of the weights with this decay; 0 = the last weights (default %(default)s)")
     p.add_argument("--preset", default=d.preset, help="model preset (default %(default)s)")
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default=d.dtype, help="dtype of the stored weights")
-    p.add_argument("--threads", type=int, default=d.threads, help="torch CPU threads (0 = torch's default)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default=d.dtype, help="dtype of the stored weights (default %(default)s)")
+    p.add_argument("--threads", type=int, default=d.threads, help="torch CPU threads (0 = torch's default; default %(default)s)")
     p.add_argument("--save-every", type=int, default=0, help="also write the checkpoint every N steps (0 = at the end)")
     p.add_argument("--absolute-actions", action=argparse.BooleanOptionalAction, default=not d.delta_actions,
                    help="train on absolute joint targets; --no-absolute-actions: joints relative to the state (the "
@@ -94,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.dagger_rounds, args.dagger_episodes, args.dagger_samples, args.dagger_steps) < 0:
         print("oxygen-train-demo: the --dagger-* counts must not be negative", file=sys.stderr)
         return 2
+    from .trainer import summary, train  # torch: after the command line is read (--help stays instant)
+
     d = recipe(args.env)
     cfg = replace(
         d, steps=args.steps, seed=args.seed, samples=args.samples, data_workers=args.data_workers, batch_size=args.batch_size, lr=args.lr,

@@ -1,7 +1,7 @@
 """The committed recipes of ``oxygen-train-demo``, one per simulated environment: the training settings, the
 sample source, the on-policy source of the DAgger rounds and the tokenizer's extra vocabulary.
 
-* ``table_top``: the package's own pick task (``oxygen_ros/sim``; ``models/demo``; docs/training.md).
+* ``tabletop``: the package's own pick task (``oxygen_ros/sim``; ``models/demo``; docs/training.md).
 * ``aloha_transfer_cube``: the MuJoCo ALOHA's cube hand-over (``oxygen_ros/sim/aloha``; ``models/aloha``) in
   openpi's ALOHA layout: the data in ALOHA's dataset space go through the ``aloha`` embodiment's input
   transforms (joint flips, the gripper as pi's angle), so the checkpoint is served through
@@ -15,25 +15,32 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
+from typing import TYPE_CHECKING
 
 from oxygen_ros.runtime.config import default_tasks
 
-from .trainer import OnPolicySource, SampleSource, TrainConfig
+from .train_config import TrainConfig
 
-ENVS = ("table_top", "aloha_transfer_cube")
-OUT_DIRS = {"table_top": "models/demo", "aloha_transfer_cube": "models/aloha"}
+if TYPE_CHECKING:  # trainer imports torch: the recipes' defaults (and --help) do without it
+    from .trainer import OnPolicySource, SampleSource
+
+ENVS = ("tabletop", "aloha_transfer_cube")  # spelled as oxygen-sim's --env
+OUT_DIRS = {"tabletop": "models/demo", "aloha_transfer_cube": "models/aloha"}
+# the older spelling, still accepted (oxygen-train-demo says which name to use)
+ALIASES = {"table_top": "tabletop"}
 # openpi's real-robot ALOHA configs: make_bool_mask(6, -1, 6, -1), the arm joints relative, the grippers absolute
 # (the ALOHA recipe's relative dims with --no-absolute-actions)
 ALOHA_DELTA_MASK = (True,) * 6 + (False,) + (True,) * 6 + (False,)
 
 
 def recipe(env: str) -> TrainConfig:
-    if env == "table_top":
+    env = ALIASES.get(env, env)
+    if env == "tabletop":
         from oxygen_ros.sim.expert import object_names
 
         return TrainConfig(object_names=tuple(object_names()))
     if env == "aloha_transfer_cube":
-        from oxygen_ros.sim.aloha.dataset import CONTROL_PERIOD_S
+        from oxygen_ros.sim.aloha.units import DT as CONTROL_PERIOD_S  # the dataset's period (no MuJoCo import)
 
         return TrainConfig(
             steps=3000, samples=16000, preset="aloha_demo", control_period_s=CONTROL_PERIOD_S, tasks=default_tasks(),
@@ -49,7 +56,8 @@ def recipe(env: str) -> TrainConfig:
 
 def sources(env: str, variations: bool) -> tuple[SampleSource, OnPolicySource | None, Sequence[str]]:
     """(expert samples, on-policy samples or None, extra tokenizer vocabulary) of ``env``."""
-    if env == "table_top":
+    env = ALIASES.get(env, env)
+    if env == "tabletop":
         from oxygen_ros.sim.dagger import policy_samples
         from oxygen_ros.sim.dataset import expert_samples, vocabulary
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from oxygen_ros.model.backends.compiled import ActionSampler, FusedActionSampler, plain_sampler
+from oxygen_ros.model.network.choices import ACTION_BACKENDS as BACKENDS
 from oxygen_ros.model.network.vla import Pi05Model
-
-BACKENDS = ("eager", "compiled", "cuda_graph", "auto")
 
 
 def make_action_sampler(model: Pi05Model, backend: str = "auto",

@@ -32,10 +32,10 @@ from torch import Tensor
 
 from oxygen_ros.model.network.batched_prefill import EAGER_BATCH_LAYERS, BatchLayers, PrefixFrame, prefill_batch
 from oxygen_ros.model.backends.compiled import CompiledPath, fast_guards
+from oxygen_ros.model.network.choices import PREFILL_BACKENDS
 from oxygen_ros.model.network.vision import SiglipBlock, block_on_images
 from oxygen_ros.model.network.vla import EAGER_LAYERS, Pi05Model, PrefixLayers, PrefixOutput
 
-PREFILL_BACKENDS = ("eager", "compiled", "auto")
 
 
 class Prefiller(Protocol):

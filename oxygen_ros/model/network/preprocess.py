@@ -20,10 +20,10 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from oxygen_ros.model.network.choices import RESIZE_MODES
 from oxygen_ros.model.network.config import ModelConfig
 
 ResizeMode = Literal["pil", "bilinear"]
-RESIZE_MODES: tuple[str, ...] = ("pil", "bilinear")
 
 
 class ImageError(ValueError):

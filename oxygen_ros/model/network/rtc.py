@@ -27,9 +27,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from oxygen_ros.model.network.choices import SCHEDULES
 from oxygen_ros.model.network.vla import DenoiseSchedule, Pi05Model, VelocityFn
 
-SCHEDULES = ("exp", "linear", "ones", "zeros")
 
 
 def prefix_weights(delay: int, horizon_end: int, total: int, schedule: str = "exp") -> Tensor:

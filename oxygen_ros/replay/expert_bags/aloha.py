@@ -46,6 +46,7 @@ class AlohaBagSpec:
     instruction_topic: str = "/oxygen_node/instruction"  # where oxygen_node listens by default
     joint_state_topic: str = "/joint_states"
     episode_steps: int = EPISODE_STEPS
+    whole_episodes: bool = False  # run every episode its episode_steps, on past the hand-over (a whole recording)
 
 
 def camera_topic(name: str) -> str:
@@ -56,7 +57,8 @@ def record_expert_bag(path: str | Path, spec: AlohaBagSpec, *, storage: str | No
                       on_step: Callable[[int, int], None] | None = None) -> dict[str, Any]:  # fmt: skip
     """Write the expert's episodes of ``spec`` to ``path``; returns a summary (topics, episodes, success).
     ``on_step(done, total)`` is called after every step."""
-    driver = AlohaDriver(list(spec.seeds), spec.task, spec.episode_steps, fast_render=spec.fast_render)
+    driver = AlohaDriver(list(spec.seeds), spec.task, spec.episode_steps, fast_render=spec.fast_render,
+                         steps_after_success=spec.episode_steps if spec.whole_episodes else 0)
     width, height = spec.image_size
     total = len(spec.seeds) * spec.episode_steps
     episodes: list[dict[str, Any]] = []

@@ -56,5 +56,5 @@ def _record(args: argparse.Namespace, seeds: list[int], on_step: Any) -> dict[st
     if task not in EXPERT_TASKS:
         raise ValueError(f"no scripted expert for {args.env}; there is one for aloha_transfer_cube")
     spec = AlohaBagSpec(seeds, task, image_size=args.image_size or (96, 96), camera_every_steps=args.camera_every,
-                        image_format=args.images)  # fmt: skip
+                        image_format=args.images, whole_episodes=args.whole_episodes)  # fmt: skip
     return record_expert_bag(args.bag, spec, storage=args.storage, overwrite=args.overwrite, on_step=on_step)

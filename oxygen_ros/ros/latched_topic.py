@@ -1,5 +1,5 @@
-"""The instruction topic: every reliable publisher heard, a latched one's last message read once, and no
-"requesting incompatible QoS" warning told to a volatile publisher.
+"""A topic read as a command input (the instruction, the stop): every reliable publisher heard, a latched one's
+last message read once, and no "requesting incompatible QoS" warning told to a volatile publisher needlessly.
 
 A volatile reliable subscription hears every reliable publisher, volatile or transient local, from the
 moment it matches. Only a transient local reader receives what a latched publisher sent before the match
@@ -12,7 +12,11 @@ graph; when a latched publisher appears whose history is unread and no volatile 
 (ROS's own rule for `DurabilityPolicy.BEST_AVAILABLE`: transient local only when every publisher offers it),
 the reader is created, and it is destroyed as soon as it delivered a message, or after `HISTORY_WINDOW_S`,
 or when a volatile publisher shows up. A latched publisher that appears beside a volatile one is heard live
-only.
+only — unless `history_beside_volatile` (the stop: a stop set before the node started must count even while a
+joystick's volatile publisher is on the topic; that publisher then logs the warning once per latched publisher).
+
+A best-effort publisher matches no reliable reader: `on_incompatible` is called (rclpy's incompatible-QoS event)
+so that the node says so rather than stay deaf in silence.
 """
 
 from __future__ import annotations
@@ -23,9 +27,8 @@ from rclpy.clock import Clock, ClockType
 from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-from std_msgs.msg import String
 
-__all__ = ["HISTORY_QOS", "InstructionSubscription", "LIVE_QOS"]
+__all__ = ["HISTORY_QOS", "LIVE_QOS", "LiveAndLatchedSubscription"]
 
 LIVE_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE)
 HISTORY_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
@@ -33,17 +36,21 @@ GRAPH_CHECK_S = 0.2  # how often the graph is looked at (steady clock: sim time 
 HISTORY_WINDOW_S = 2.0  # the history reader's longest life: a latched message arrives within ms of the match
 
 
-class InstructionSubscription:
-    """`on_message(msg, info)` for every instruction; `on_incompatible(event)` for a publisher that no reader
-    can hear (best effort)."""
+class LiveAndLatchedSubscription:
+    """`on_message(msg, info)` for every message of type `msg_type`; `on_incompatible(event)` for a publisher
+    that no reader can hear (best effort). A message may come twice (live and from the history reader):
+    ``info["source_timestamp"]`` orders them."""
 
-    def __init__(self, node: Node, topic: str, on_message: Callable[[String, Any], None],
-                 on_incompatible: Callable[[Any], None], callback_group: Any = None) -> None:  # fmt: skip
+    def __init__(self, node: Node, msg_type: Any, topic: str, on_message: Callable[[Any, Any], None],
+                 on_incompatible: Callable[[Any], None], callback_group: Any = None,
+                 history_beside_volatile: bool = False) -> None:  # fmt: skip
         self.node = node
+        self.msg_type = msg_type
+        self.history_beside_volatile = history_beside_volatile
         self.topic = node.resolve_topic_name(topic)
         self._on_message = on_message
         self._group = callback_group
-        self.live = node.create_subscription(String, topic, on_message, LIVE_QOS, callback_group=callback_group,
+        self.live = node.create_subscription(msg_type, topic, on_message, LIVE_QOS, callback_group=callback_group,
                                              event_callbacks=SubscriptionEventCallbacks(incompatible_qos=on_incompatible))
         self._history: Any = None
         self._history_age_s = 0.0
@@ -62,19 +69,20 @@ class InstructionSubscription:
         unread = {bytes(i.endpoint_gid) for i in infos if i.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL} - self._read
         if self._history is not None:
             self._history_age_s += GRAPH_CHECK_S
-            if volatile or self._history_delivered or self._history_age_s >= HISTORY_WINDOW_S:
+            if (volatile and not self.history_beside_volatile) or self._history_delivered \
+                    or self._history_age_s >= HISTORY_WINDOW_S:
                 self._drop_history()
             return
-        if unread and volatile:
+        if unread and volatile and not self.history_beside_volatile:
             self._read |= unread  # heard live by the volatile reader; its history would cost a false warning
         elif unread:
             self._read |= unread
             self._history_age_s, self._history_delivered = 0.0, False
             quiet = SubscriptionEventCallbacks(incompatible_qos=lambda _event: None)
-            self._history = self.node.create_subscription(String, self.topic, self._on_history, HISTORY_QOS,
+            self._history = self.node.create_subscription(self.msg_type, self.topic, self._on_history, HISTORY_QOS,
                                                           callback_group=self._group, event_callbacks=quiet)  # fmt: skip
 
-    def _on_history(self, msg: String, info: Any) -> None:
+    def _on_history(self, msg: Any, info: Any) -> None:
         self._history_delivered = True
         self._on_message(msg, info)
 
