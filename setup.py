@@ -23,7 +23,7 @@ setup(
         ("share/ament_index/resource_index/packages", [f"resource/{package_name}"]),
         (f"share/{package_name}", ["package.xml"]),
         (f"share/{package_name}/launch", glob("launch/*.launch.py")),
-        (f"share/{package_name}/config", glob("config/*.yaml")),
+        (f"share/{package_name}/config", glob("config/*.yaml") + glob("config/*.json")),
         # The trained demo policies: the shipped configs name them as models/demo and models/aloha (found from
         # any directory).
         *_tree("models/demo", f"share/{package_name}"),
@@ -47,6 +47,7 @@ setup(
             "oxygen-replay = oxygen_ros.replay.cli:main",
             "oxygen-sim = oxygen_ros.apps.oxygen_sim:main",
             "oxygen-serve = oxygen_ros.serve.cli:main",
+            "oxygen-ctl = oxygen_ros.ros.ctl:main",
             "oxygen_sim_node = oxygen_ros.sim_ros.main:main",
             "oxygen-train-demo = oxygen_ros.train.cli:main",
         ],

@@ -20,7 +20,6 @@ inputs.
 Without ROS launch: `python -m oxygen_ros.demos --robots 2` (scripts/demo.sh --robots 2) runs the same.
 """
 
-import os
 from functools import partial
 
 from launch import LaunchDescription
@@ -31,18 +30,9 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
 from oxygen_ros.ros.arms_watch import ArmsWatch
-from oxygen_ros.ros.launch_args import node_arguments, robot_names
+from oxygen_ros.ros.launch_args import config_file, node_arguments, robot_names
 
 PACKAGE = "oxygen_ros"
-
-
-def _config(name: str) -> str:
-    try:
-        from ament_index_python.packages import get_package_share_directory
-
-        return os.path.join(get_package_share_directory(PACKAGE), "config", name)
-    except Exception:  # not installed (running from a checkout): the repository's copy
-        return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "config", name)
 
 
 def _nodes(context, *args, **kwargs):
@@ -50,11 +40,11 @@ def _nodes(context, *args, **kwargs):
     episodes = int(LaunchConfiguration("episodes").perform(context))
     seed = int(LaunchConfiguration("seed").perform(context))
     policy = Node(package=PACKAGE, executable="oxygen_node", name="oxygen_node",
-                  parameters=[_config("demo_policy.yaml"), {"robots": robots}], arguments=node_arguments(False, False),
+                  parameters=[config_file("demo_policy.yaml"), {"robots": robots}], arguments=node_arguments(False, False),
                   output="screen", emulate_tty=True)
     arms = [
         Node(package=PACKAGE, executable="oxygen_sim_node", name="oxygen_sim_node", namespace=robot,
-             parameters=[_config("demo_sim.yaml"), {"episodes": episodes, "seed": seed + i * episodes,
+             parameters=[config_file("demo_sim.yaml"), {"episodes": episodes, "seed": seed + i * episodes,
                                                     "wait_for_commander_s": 60.0}],
              arguments=node_arguments(False, False), output="screen", emulate_tty=True)
         for i, robot in enumerate(robots)

@@ -206,6 +206,7 @@ class FakeRuntime:
         import numpy as np
 
         self.config = config
+        self.dtype = config.dtype  # what PolicyRuntime reports after resolving auto
         self.num_image_slots = slots
         self.image_size = 56
         self.action_dim = action_dim

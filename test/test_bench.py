@@ -16,6 +16,7 @@ from oxygen_ros.bench.report import add_comparisons, interpolate_decode
 from oxygen_ros.bench.machine import MATRIX_FEATURES, cpu_flags
 from oxygen_ros.bench.workload import bf16_supported
 from oxygen_ros.model.backends.compiled import compiler_available
+from oxygen_ros.model.network.cpu_bfloat16 import onednn_packs_bfloat16
 
 
 def run_bench(out: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
@@ -66,7 +67,8 @@ def test_bench_cli_writes_results_and_plots(tmp_path: Path) -> None:
     header = proc.stdout.splitlines()[1]
     assert machine["cpu_features"] == [f for f in MATRIX_FEATURES if f in cpu_flags()]
     assert all(f in header for f in machine["cpu_features"]), header
-    assert bf16_supported("cpu") == bool({"avx512_bf16", "amx_bf16"} & set(machine["cpu_features"]))
+    native = bool({"avx512_bf16", "amx_bf16"} & set(machine["cpu_features"]))
+    assert bf16_supported("cpu") == (native and onednn_packs_bfloat16())  # the runtime's dtype auto
     for text in (proc.stdout, (out / "table.txt").read_text(), (out / "results.json").read_text()):
         assert str(tmp_path) not in text  # no machine paths in what gets pasted or committed
     parts = results["parts"]
@@ -187,3 +189,16 @@ def test_packed_weights_compares_the_decode_products_bit_for_bit() -> None:
     # the plain product is MKL's, the packed one oneDNN's), so the column is checked for a verdict, not a value
     assert len(products) == 2 * 8 and all(p[-1] in ("True", "False") for p in products)
     assert proc.stdout.count("one decode step's products") == 2 and "a packed copy of every decode weight" in proc.stdout
+
+
+def test_dtype_parts_times_each_part_in_both_dtypes() -> None:
+    cmd = [sys.executable, "-m", "oxygen_ros.bench.probes.dtype_parts", "--preset", "tiny", "--rows", "3",
+           "--rounds", "1", "--repeats", "1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {line.split()[0]: line.split()[1:] for line in proc.stdout.splitlines()
+            if line.startswith(("prefill ", "chunk ", "D(3) "))}
+    assert set(rows) == {"prefill", "chunk", "D(3)"}
+    assert all(float(ms) > 0 for row in rows.values() for ms in row)  # float32 ms, bfloat16 ms, their ratio
+    packed = "packs and multiplies" if onednn_packs_bfloat16() else "no bfloat16 path"
+    assert packed in proc.stdout.splitlines()[1]

@@ -48,7 +48,7 @@ COMMANDS = [
     ("oxygen_node",), ("oxygen_sim_node",), ("oxygen-bench",), ("oxygen-replay",), ("oxygen-replay", "eval"),
     ("oxygen-replay", "record"), ("oxygen-sim",), ("oxygen-sim", "eval"), ("oxygen-sim", "record"),
     ("oxygen-sim", "chunking"), ("oxygen-sim", "expert"), ("oxygen-serve",), ("oxygen-train-demo",),
-    ("oxygen-train-demo", "--env", "aloha_transfer_cube"),
+    ("oxygen-train-demo", "--env", "aloha_transfer_cube"), ("oxygen-ctl",), ("oxygen-ctl", "ask"),
 ]
 
 

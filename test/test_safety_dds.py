@@ -286,7 +286,9 @@ def checker(driver: Any, s: S.NodeSettings, robot: Robot, out: Checked) -> list[
                         bad(f"position {v} beyond max_distance of the measured {measured}")
                     if "v" in last and np.any(np.abs(v - last["v"]) > vmax * (dt + jitter) + TOL):
                         bad(f"position step {v - last['v']} in {dt:.3f} s beyond max_velocity {last.get('log')} now {v} {measured}")
-                    hold = measured is not None and np.allclose(v, measured, atol=1e-9)
+                    # a hold: where the joints are, or the last command repeated (a hold sent again: it stays put)
+                    hold = (measured is not None and np.allclose(v, measured, atol=1e-9)) or (
+                        "v" in last and np.allclose(v, last["v"], atol=1e-12))
                     robot.position(spec.joints, v)
                 last.setdefault("log", []).append((round(t, 3), v.tolist(), None if measured is None else measured.tolist()))
                 last["log"] = last["log"][-4:]
@@ -389,6 +391,8 @@ def test_a_wild_model_never_breaks_a_limit(ros_context, tmp_path: Path, robot_na
     final = statuses[-1][1]
     assert int(final.get("holds/bad_output", 0)) >= 1 and int(final.get("holds/model_stall", 0)) >= 1
     assert any(k.startswith("limit/") for k in final)
+    # every refused chunk counted by output, joint and reason (the NaN bursts at least)
+    assert int(final["refused_chunks"]) >= 1 and any(k.startswith("refused/") and k.endswith("/non_finite") for k in final)
     delays = {kind: min((t - seen.at[seen.kinds.index(kind)] for _, t in checked.holds if t >= seen.at[seen.kinds.index(kind)]),
                         default=None) for kind in ("nan", "far")}  # fmt: skip
     print(f"\nwild model on {robot_name}: {checked.commands} commands checked, {len(checked.violations)} beyond a limit; "

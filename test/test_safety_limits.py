@@ -153,8 +153,8 @@ def test_the_guard_re_times_from_the_measured_position_and_counts_per_joint() ->
 def test_a_chunk_far_out_of_range_or_not_finite_is_no_command() -> None:
     guard = _guard(ARM)
     assert guard.chunk_problem(ARM, np.array([[0.5, 1.5]])) is None  # beyond the range by a quarter: clamped
-    assert "beyond its range" in guard.chunk_problem(ARM, np.array([[0.5, 3.5]]))
-    assert "NaN" in guard.chunk_problem(ARM, np.array([[np.nan, 0.0]]))
+    assert "beyond its range" in str(guard.chunk_problem(ARM, np.array([[0.5, 3.5]])))
+    assert "NaN" in str(guard.chunk_problem(ARM, np.array([[np.nan, 0.0]])))
 
 
 def test_streamed_positions_step_at_most_their_speed_from_the_last_command() -> None:

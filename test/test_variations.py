@@ -204,8 +204,11 @@ def test_the_gif_captions_an_answer_only_once_the_policy_answered() -> None:
     log.answers = [answer]
     before, at, after = (np.asarray(f)[-40:] for f in episode_frames(log)[:3])  # the answer's caption rows
     assert not np.array_equal(before, at) and np.array_equal(at, after)
-    assert answer.mark == "✗" and answer.verdict == "-> wrong (true: nothing)"
-    assert answer.caption() == 'Q: what is in the gripper?   A: "red cup"   -> wrong (true: nothing)'  # the verdict apart
+    assert answer.mark == "✗" and answer.verdict == "[wrong; true: nothing]"
+    assert answer.caption() == 'Q: what is in the gripper?   A: "red cup"   [wrong; true: nothing]'  # the verdict apart
+    place = AnswerOut("where is the cube?", "on the table, back right", 1, 2, "on the table, back right")
+    # a place's "right" is a direction: the verdict says "correct", in brackets, so the two never read alike
+    assert place.caption() == 'Q: where is the cube?   A: "on the table, back right"   [correct]'
 
 
 def test_the_summary_counts_the_subtask_in_force_before_a_restated_start() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from oxygen_ros.engine.cpu_caches import cpu_caches
+from oxygen_ros.model.network.cpu_bfloat16 import cpu_flags
 
 # The instruction-set features that decide the matrix products' speed and the dtype `auto` picks (bfloat16
 # runs natively only with AVX512-BF16 or AMX): the same code differs several-fold between such CPUs.
@@ -23,17 +24,6 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags (Linux /proc/cpuinfo; empty elsewhere)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 def load_average() -> list[float] | None:

@@ -46,14 +46,7 @@ class PartsProbe:
         self.engine = workload.engine(model, decode_len=1, runtime=runtime)
         self.decoders = {}
         for b in batches:  # B live requests that outlast every round
-            engine = workload.engine(model, decode_len=rounds + 8)
-            prefix, _ = engine.prefill(self.frames[0])
-            engine.start_requests(prefix, self.frames[0], engine.tasks * b)
-            engine.kv.release(prefix)
-            if engine.live_requests != b:
-                raise RuntimeError(f"parts: only {engine.live_requests} of {b} requests fit the KV budget")
-            engine.decode_step()  # feeds the continuation prompts
-            self.decoders[b] = engine
+            self.decoders[b] = workload.decoding_engine(model, b, rounds)
         self.prefill: list[float] = []
         self.prefill_eager: list[float] = []
         self.action: list[float] = []

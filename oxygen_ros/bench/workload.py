@@ -12,9 +12,9 @@ from oxygen_ros.model.backends.action_sampler import make_action_sampler
 from oxygen_ros.model.backends.compiled import ActionSampler, warm_up_rtc
 from oxygen_ros.model.backends.compiled_prefill import Prefiller, make_prefiller
 from oxygen_ros.model.network.config import BENCH, ModelConfig, preset
+from oxygen_ros.model.network.cpu_bfloat16 import resolve_dtype
 from oxygen_ros.model.network.vla import Pi05Model
 
-from .machine import cpu_flags
 
 PROMPT_TOKENS = 13  # with two cameras: 2 x 256 + 13 = 525 valid prefix positions, as in the reference run
 CONTINUATION = (13_527, 235_292, 235_248)  # a few fixed token ids standing for " Subtask:"
@@ -76,6 +76,18 @@ class Workload:
                       prefiller=runtime.prefiller if runtime and not eager_prefill else None,
                       decode_graphs=self.decode_graphs)
 
+    def decoding_engine(self, model: Pi05Model, rows: int, steps: int) -> Engine:
+        """An engine with ``rows`` live requests that outlast ``steps`` more decode steps (prompts fed)."""
+        engine = self.engine(model, decode_len=steps + 8)
+        frame = self.frames(model.config)[0]
+        prefix, _ = engine.prefill(frame)
+        engine.start_requests(prefix, frame, engine.tasks * rows)
+        engine.kv.release(prefix)
+        if engine.live_requests != rows:
+            raise RuntimeError(f"only {engine.live_requests} of {rows} requests fit the KV budget")
+        engine.decode_step()  # feeds the continuation prompts
+        return engine
+
     @property
     def decode_graphs(self) -> bool:
         """Decode steps from CUDA graphs wherever the action chunk uses one (CUDA, actions auto/cuda_graph)."""
@@ -108,8 +120,9 @@ class BenchRuntime:
 
 
 def bf16_supported(device: str) -> bool:
-    """bfloat16 where the hardware runs it natively: CUDA, or a CPU with AVX512-BF16 / AMX."""
-    return device.startswith("cuda") or bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
+    """bfloat16 where the hardware runs it natively: CUDA, or a CPU with AVX512-BF16 / AMX whose oneDNN has its
+    bfloat16 path (the runtime's dtype ``auto``)."""
+    return resolve_dtype("auto", device) == "bfloat16"
 
 
 __all__ = ["BENCH", "Workload", "bf16_supported"]

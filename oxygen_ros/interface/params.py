@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from oxygen_ros.embodiment import ADAPTERS
 from oxygen_ros.engine.mode_names import MODES
-from oxygen_ros.model.network.choices import ACTION_BACKENDS, PACK_CHOICES, PREFILL_BACKENDS, SCHEDULES
+from oxygen_ros.model.network.choices import ACTION_BACKENDS, DTYPE_CHOICES, PACK_CHOICES, PREFILL_BACKENDS, SCHEDULES
 from oxygen_ros.engine.questions import ASK_TASK
 from oxygen_ros.model.network.config import PRESETS
 from oxygen_ros.model.checkpoints.key_maps import VARIANTS
@@ -79,7 +79,10 @@ PARAMS: tuple[ParamSpec, ...] = (
               "quantile; a preset: none), quantile, mean_std, or none (the model's normalized values go out as they are).",
               choices=NORM_MODE_CHOICES),
     ParamSpec("device", "str", _runtime_default("device"), "Torch device: cpu, cuda or cuda:N.", check=_check_device),
-    ParamSpec("dtype", "str", _runtime_default("dtype"), "Model weights dtype.", choices=("float32", "bfloat16")),
+    ParamSpec("dtype", "str", _runtime_default("dtype"),
+              "Model weights dtype: float32, bfloat16 (half the memory), or auto = bfloat16 on CUDA and on a CPU with "
+              "AVX512-BF16/AMX, float32 on other CPUs (where bfloat16 runs slower); the node logs which and why.",
+              choices=DTYPE_CHOICES),
     ParamSpec("horizon", "int", _runtime_default("horizon"),
               "Action chunk length H: 0 = the checkpoint's own (openpi action_horizon, LeRobot chunk_size); another "
               "value than the checkpoint's is refused. Sets H of a preset.", low=0, high=1000),

@@ -256,6 +256,8 @@ def _short(text: str, limit: int = 60) -> str:
 
 def print_offline_report(summary: dict[str, Any], out: TextIO | None = None) -> None:
     """The short human-readable report of an offline replay."""
+    from .eval_report import safety_line
+
     out = out or sys.stdout
     t = summary["timing"]
     skipped = summary["skipped"]
@@ -264,6 +266,7 @@ def print_offline_report(summary: dict[str, Any], out: TextIO | None = None) -> 
     print(f"  {summary['ticks']} ticks at {summary['control_rate_hz']:g} Hz over {summary['bag_duration_s']:.2f} s of bag: "
           f"{summary['chunks']} chunks, {summary['trajectories']} trajectories, {sum(skipped.values())} skipped"
           + (f" ({', '.join(f'{k} {v}' for k, v in skipped.items())})" if skipped else ""), file=out)  # fmt: skip
+    print(f"  guard: {safety_line(summary.get('safety', {}))}", file=out)
     print(f"  text: {summary['tokens']} tokens in {summary['decode_steps']} decode steps", file=out)
     for task, requests in summary["text"].items():
         reasons: dict[str, int] = {}

@@ -9,6 +9,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from oxygen_ros.runtime.safety import refusal_line
+
 from .metrics import ErrorTable
 
 CSV_FIELDS = ("episode", "tick", "time_s", "dim", "mae", "rmse", "max", "executed_mae", "executed_rmse", "executed_max",
@@ -58,12 +60,22 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
+def safety_line(safety: Mapping[str, Any]) -> str:
+    """The guard's work in one line: refused chunks by output, joint and reason, holds, limit hits."""
+    holds = safety.get("holds") or {}
+    hits = safety.get("limit_hits") or {}
+    refused = refusal_line(safety.get("refusals")) or "no chunk refused"
+    held = ", ".join(f"{k} {n}" for k, n in holds.items()) or "none"
+    return f"{refused}; holds: {held}; limit hits: {sum(hits.values())}"
+
+
 def print_table(summary: Mapping[str, Any], out: TextIO) -> None:
     """Per dimension: executed steps and whole horizon MAE / RMSE / max, gripper agreement."""
     print(f"eval {summary['bag']} ({summary['bag_duration_s']:.1f} s) with {summary['params']} against the "
           f"{'recorded commands' if summary['against'] == 'commands' else 'achieved joint states'}", file=out)  # fmt: skip
     print(f"  {summary['chunks']} chunks of {summary['horizon']} steps, {summary['executed_steps']} executed "
           f"(replan {summary['replan']}), seed {summary['seed']}", file=out)  # fmt: skip
+    print(f"  guard: {safety_line(summary.get('safety', {}))}", file=out)
     width = max(len(d) for d in summary["dims"]) + 2
     print(f"  {'dimension':<{width}} {'exec MAE':>9} {'exec RMSE':>9} {'exec max':>9} {'MAE':>9} {'RMSE':>9} {'max':>9}  open/closed agree (exec / all)",
           file=out)  # fmt: skip

@@ -265,9 +265,9 @@ class OfflineReplay:
         each instant; the bag's later states are not read yet here)."""
         s, cfg = self.config.settings, runtime.config
         n_steps = runtime.n_action_steps
-        problems = [p for spec in s.outputs if (p := self.guard.chunk_problem(spec, spec.values(actions)))]
-        if problems:
-            self._hold(writer, now_ns, "bad_output", problems[0])
+        refusal = self.guard.check_chunk({spec.name: spec.values(actions) for spec in s.outputs})
+        if refusal is not None:  # counted by output, joint and reason (the summary's safety.refusals)
+            self._hold(writer, now_ns, "bad_output", str(refusal))
             return
         messages = []
         for spec in s.outputs:
@@ -306,10 +306,12 @@ class OfflineReplay:
         self.trajectories += sum(1 for _, spec, _, _ in messages if spec.type == "joint_trajectory")
 
     def _hold(self, writer: BagWriter, now_ns: int, kind: str, reason: str) -> None:
-        """Every output to its hold command, as the node sends it when a chunk is no command at all."""
+        """Every output to its hold command, as the node sends it when a chunk is no command at all (each time:
+        while holding already too, the tick's answer)."""
         s = self.config.settings
-        if not (s.publish_trajectory and s.outputs) or not self.guard.hold(kind, reason, now_ns):
+        if not (s.publish_trajectory and s.outputs):
             return
+        self.guard.hold(kind, reason, now_ns)
         messages = []
         for spec in s.outputs:
             command = self.guard.hold_command(spec, now_ns)
@@ -490,7 +492,8 @@ class OfflineReplay:
             "trajectories": self.trajectories,
             "clamped_positions": self.clamped,
             "safety": {"holds": dict(self.guard.state.holds),
-                       "limit_hits": {f"{o}/{j}/{k}": n for (o, j, k), n in sorted(self.guard.hits.snapshot().items())}},
+                       "limit_hits": {f"{o}/{j}/{k}": n for (o, j, k), n in sorted(self.guard.hits.snapshot().items())},
+                       "refusals": self.guard.refusals.summary()},
             "skipped": dict(sorted(self.skips.items())),
             "skipped_ticks": self.skipped_ticks,
             "inputs": dict(sorted(self.inputs.items())),
@@ -526,8 +529,16 @@ class OfflineReplay:
                 "decode_s": _stats(self.decode_wall),
                 "wall_s": wall_s,
             },
-            "warnings": self.warnings,
+            "warnings": self.warnings + self._refusal_warnings(),
         }
+
+    def _refusal_warnings(self) -> list[str]:
+        """Refused chunks said once, with the last reason (each is counted in the summary's safety.refusals)."""
+        line = self.guard.refusals.line()
+        if not line:
+            return []
+        return [f"{line}: no controller command from them, the outputs held (last: {self.guard.refusals.last}); "
+                "the model's actions and the params file's limits disagree (docs/safety.md)"]
 
 
 def replay_offline(bag: str | Path, output: str | Path, config: ReplayConfig, options: OfflineOptions | None = None,

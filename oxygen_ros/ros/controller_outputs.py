@@ -62,7 +62,8 @@ class ControllerOutputs:
         return self.node.get_clock().now().nanoseconds
 
     def publish_chunk(self, actions: np.ndarray, stamp_ns: int, latency_s: float, n_action_steps: int, mode: str) -> int:
-        """Send a chunk: trajectories now, streamed outputs from their timer; nothing while the stop input is set.
+        """Send a chunk: trajectories now, streamed outputs from their timer; the hold commands instead while the
+        stop input is set.
         Returns the positions clamped; raises ChunkTooLate (nothing left to execute), UnsafeChunk (no command: the
         outputs hold) or ValueError (the chunk cannot be commanded)."""
         with self.lock:
@@ -70,13 +71,13 @@ class ControllerOutputs:
 
     def _publish_chunk(self, actions: np.ndarray, stamp_ns: int, latency_s: float, n_action_steps: int, mode: str) -> int:
         s = self.settings
-        if self.guard.state.stopped:
+        if self.guard.state.stopped:  # the chunk answered by the hold commands (a lockstep simulator steps on)
+            self._hold()
             return 0
         values = {spec.name: spec.values(actions) for spec in s.outputs}  # converted once, checked and sent
-        for spec in s.outputs:
-            problem = self.guard.chunk_problem(spec, values[spec.name])
-            if problem:
-                raise UnsafeChunk(problem)
+        refusal = self.guard.check_chunk(values)  # counted by output, joint and reason
+        if refusal is not None:
+            raise UnsafeChunk(refusal)
         now_ns = self._now_ns()
         clamped = 0
         messages = []
@@ -101,6 +102,14 @@ class ControllerOutputs:
         if self.streamed:
             self._stream_due()  # the first command goes out with the chunk
         return clamped
+
+    def count_refusal(self, actions: np.ndarray) -> None:
+        """Count a chunk refused before it reached `publish_chunk` (its message could not be made: NaN), as the
+        guard counts the chunks it refuses."""
+        try:
+            self.guard.check_chunk({spec.name: spec.values(actions) for spec in self.settings.outputs})
+        except (ValueError, IndexError):  # actions of another shape: the error itself is logged
+            pass
 
     def hold(self) -> None:
         """Every output to its hold command now; the streamed chunk is dropped (the guard's state is the caller's)."""

@@ -7,7 +7,8 @@ import os
 
 from oxygen_ros.interface.topic_names import robot_name_problem
 
-__all__ = ["LaunchArgumentError", "as_bool", "check_params_file", "node_arguments", "robot_names", "robot_rates"]
+__all__ = ["LaunchArgumentError", "as_bool", "check_params_file", "config_file", "node_arguments", "robot_names",
+           "robot_rates"]
 
 
 class LaunchArgumentError(ValueError):
@@ -31,6 +32,16 @@ def check_params_file(path: str) -> str:
     if not os.path.isfile(full):
         raise LaunchArgumentError(f"params_file {path!r} does not exist (looked for {full})")
     return full
+
+
+def config_file(name: str, package: str = "oxygen_ros") -> str:
+    """A shipped config file: the installed package's (ament index), else the checkout's this module runs from."""
+    try:
+        from ament_index_python.packages import get_package_share_directory
+
+        return os.path.join(get_package_share_directory(package), "config", name)
+    except Exception:  # not installed (running from a checkout): the repository's copy
+        return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "config", name))
 
 
 def node_arguments(lifecycle: bool, autostart: bool) -> list[str]:

@@ -16,6 +16,7 @@ up unconfigured instead), 2 for a bad command line.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -112,13 +113,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 def require_params_files(options: Options, program: str = "oxygen_node") -> Options:
     """The options, after checking that every --params-file names a readable file (rcl's own message for a
     missing one is its YAML parser's "Error opening YAML file, at .../parser.c"); SystemExit(2) saying which."""
-    args = options.args
-    for flag, path in zip(args, args[1:]):
-        if flag == "--params-file" and not os.path.isfile(path):
-            where = f" (from {os.getcwd()})" if not os.path.isabs(path) else ""
-            print(f"{program}: error: --params-file {path}: no such file{where}", file=sys.stderr, flush=True)
+    from oxygen_ros.runtime.paths import resolve_data_path, where_looked
+
+    args = list(options.args)
+    for i, (flag, path) in enumerate(zip(args, args[1:])):
+        if flag != "--params-file":
+            continue
+        found = resolve_data_path(path)  # a relative path from the working directory, else the package's folders
+        if not os.path.isfile(found):
+            print(f"{program}: error: --params-file {path}: no such file{where_looked(path)}", file=sys.stderr, flush=True)
             raise SystemExit(2)
-    return options
+        args[i + 1] = found
+    return dataclasses.replace(options, args=args)
 
 
 def lifecycle_main() -> int:

@@ -64,7 +64,7 @@ from . import node_params
 from .ask_server import AskServer
 from oxygen_ros.interface.topic_names import robot_topic
 
-from .controller_outputs import ControllerOutputs
+from .controller_outputs import ControllerOutputs, UnsafeChunk
 from .diagnostics import Diagnostics
 from .robot_clocks import RobotClocks
 from .robot_log import RobotLog
@@ -430,7 +430,7 @@ class OxygenNode(InputCallbacks, ClockJumps, NodeReport, Node):
         except Exception as exc:  # a robot never sees a traceback: log, count, no chunk, keep running
             for port in served:
                 self._engine_error(port, "control tick", exc)
-                self._hold(port, "model_error", f"the control tick failed: {type(exc).__name__}: {exc}")
+                self._hold(port, "model_error", f"the control tick failed: {type(exc).__name__}: {exc}", answer=True)
             return
         finally:
             self._record_engine(served)
@@ -445,7 +445,11 @@ class OxygenNode(InputCallbacks, ClockJumps, NodeReport, Node):
             try:
                 self._publish_step(port, observations[port.key], result, start)
             except Exception as exc:  # e.g. NaN actions: no chunk rather than a wrong one
-                self._hold(port, "bad_output", f"no command from this chunk: {exc}")  # first: within the period
+                if not isinstance(exc, UnsafeChunk) and port.outputs is not None:
+                    port.outputs.count_refusal(result.actions)  # refused before the outputs saw it (NaN)
+                # first: within the period; sent even while holding already (the tick's answer: a lockstep
+                # simulator steps on)
+                self._hold(port, "bad_output", f"no command from this chunk: {exc}", answer=True)
                 rt.forget_chunk(port.key)  # the robot does not execute it: the next chunk must not continue it
                 self._engine_error(port, "action chunk", exc)
             self._publish_events(result.events)  # text of modes that finish it inside the frame
@@ -564,11 +568,11 @@ class OxygenNode(InputCallbacks, ClockJumps, NodeReport, Node):
                     p.safety.guard.start_over()
 
     # ---------------------------------------------------------------------------------- holds
-    def _hold(self, port: RobotPorts, kind: str, reason: str) -> None:
+    def _hold(self, port: RobotPorts, kind: str, reason: str, answer: bool = False) -> None:
         if port.safety is None:
             return
         try:
-            port.safety.hold(kind, reason)
+            port.safety.hold(kind, reason, answer)
         except InvalidHandle:  # the publishers are being destroyed (the node is going down): nothing to hold
             pass
 

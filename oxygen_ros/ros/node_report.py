@@ -34,7 +34,7 @@ class NodeReport:
         tasks = ", ".join(f"{t.name}/every {t.every_n_frames}" for t in rt.config.tasks) or "none"
         model = rt.config.checkpoint or f"preset {rt.config.model_preset}"
         self.get_logger().info(
-            f"ready: model {model} ({rt.config.engine_mode}, {rt.config.device}, {rt.config.dtype}); cameras {cameras}; "
+            f"ready: model {model} ({rt.config.engine_mode}, {rt.config.device}, {rt.dtype}); cameras {cameras}; "
             f"{len(s.joint_names)} joints; {s.control_rate_hz:g} Hz; text tasks {tasks}"
         )
         self.get_logger().info(rt.describe())

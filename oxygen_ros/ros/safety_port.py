@@ -7,10 +7,12 @@
   from the measured state. A publisher no reader can hear (best effort) is warned about and counted.
 * The watchdog (every control period, while active): a model that has not commanded a chunk for
   ``hold_timeout_s``, or inputs gone stale, make every output hold; one log line says why.
-* The log: one warning at start naming what has no limits; limit hits named in one line at most every
-  ``HITS_LOG_EVERY_S``.
+* The log: one warning at start naming what has no limits; at most every ``HITS_LOG_EVERY_S`` one warning
+  naming what matters: refused chunks (by output, joint and reason) and clamps into a range by more than its
+  tolerance (``range_far``). Limits a good policy meets in normal work (re-timed speeds, distances, small
+  clamps at a range's end) are counted in diagnostics only.
 * The ``<robot>: safety`` status of /diagnostics: RUN / HOLD / STOP, why, holds by kind, limit hits per output,
-  joint and kind.
+  joint and kind, refused chunks per output, joint and reason.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from std_srvs.srv import SetBool
 
 from oxygen_ros.interface.inputs import InputStore
 from oxygen_ros.interface.settings import NodeSettings
-from oxygen_ros.runtime.safety import HOLD, RUN, STOP, LimitCounter, unguarded_lines
+from oxygen_ros.runtime.safety import HOLD, RANGE_TOLERANCE, RUN, STOP, LimitCounter, unguarded_lines
 
 from .controller_outputs import ControllerOutputs
 from .latched_topic import HISTORY_QOS, LiveAndLatchedSubscription
@@ -39,6 +41,7 @@ __all__ = ["LATCHED", "SafetyPort", "SET_STOP_SERVICE"]
 LATCHED = HISTORY_QOS  # a latched stop publisher's profile
 SET_STOP_SERVICE = "~/set_stop"
 HITS_LOG_EVERY_S = 2.0
+WARN_KINDS = ("range_far",)  # limit hits worth a warning; the other kinds go to diagnostics only
 EXPECTED_HOLDS = ("clock_jump", "deactivate")
 _LEVEL = {RUN: DiagnosticStatus.OK, HOLD: DiagnosticStatus.WARN, STOP: DiagnosticStatus.WARN}
 
@@ -55,6 +58,7 @@ class SafetyPort:
         self._name = f"{prefix}: safety"
         self._hits_logged_at = 0.0
         self._hits_pending: Counter[tuple[str, str, str]] = Counter()
+        self._refusals_pending: Counter[tuple[str, str, str]] = Counter()
         self._stop_sent_ns = 0  # the send time of the latest stop message applied
         self._stop_order = threading.Lock()
         self.incompatible_stop_publishers = 0
@@ -74,11 +78,15 @@ class SafetyPort:
         return s.hold_timeout_s or self.n_action_steps * s.step_period_s + 2 * s.control_period_s
 
     # ---------------------------------------------------------------------------------------- holds
-    def hold(self, kind: str, reason: str) -> None:
-        """Every output to its hold command within this call; one log line when commanding was going on."""
+    def hold(self, kind: str, reason: str, answer: bool = False) -> None:
+        """Every output to its hold command within this call; one log line when commanding was going on.
+        ``answer``: the hold answers this tick's observation (a refused chunk) and is sent even while holding
+        already, so that a simulator waiting for each observation's command steps on at its pace."""
         with self.outputs.lock:
-            if self.guard.hold(kind, reason, self.node.get_clock().now().nanoseconds):
+            entered = self.guard.hold(kind, reason, self.node.get_clock().now().nanoseconds)
+            if entered or answer:
                 self.outputs.hold()
+            if entered:
                 # An expected event (a clock that jumps, a deactivation) says so as info; a failure warns.
                 if kind in EXPECTED_HOLDS:
                     self.log.info(f"HOLD: {reason}")
@@ -141,13 +149,21 @@ class SafetyPort:
                 return
 
     def _log_hits(self) -> None:
-        self._hits_pending.update(self.guard.hits.take_new())
+        self._hits_pending.update({k: n for k, n in self.guard.hits.take_new().items() if k[2] in WARN_KINDS})
+        self._refusals_pending.update(self.guard.refusals.take_new())
         now = time.monotonic()
-        if self._hits_pending and now - self._hits_logged_at >= HITS_LOG_EVERY_S:
+        if (self._hits_pending or self._refusals_pending) and now - self._hits_logged_at >= HITS_LOG_EVERY_S:
             self._hits_logged_at = now
-            self.log.warning(f"limits acted (output/joint kind x count): "
-                                     f"{LimitCounter.describe(self._hits_pending)}")
+            parts = []
+            if self._refusals_pending:
+                parts.append(f"chunks refused, the outputs held (output/joint reason x count): "
+                             f"{LimitCounter.describe(self._refusals_pending)}")
+            if self._hits_pending:
+                parts.append(f"commands clamped into a range by more than {RANGE_TOLERANCE:g} of it: "
+                             f"{LimitCounter.describe(self._hits_pending)}")
+            self.log.warning("; ".join(parts))
             self._hits_pending.clear()
+            self._refusals_pending.clear()
 
     # ---------------------------------------------------------------------------------- diagnostics
     def status(self, hardware_id: str) -> DiagnosticStatus:
@@ -158,6 +174,8 @@ class SafetyPort:
                   "stop_incompatible_publishers": str(self.incompatible_stop_publishers)}  # fmt: skip
         values.update({f"holds/{kind}": str(n) for kind, n in sorted(state.holds.items())})
         values.update({f"limit/{o}/{j}/{k}": str(n) for (o, j, k), n in sorted(self.guard.hits.snapshot().items())})
+        values["refused_chunks"] = str(self.guard.refusals.chunks)
+        values.update({f"refused/{o}/{j}/{r}": str(n) for (o, j, r), n in sorted(self.guard.refusals.snapshot().items())})
         return DiagnosticStatus(level=_LEVEL[state.state], name=self._name, message=message, hardware_id=hardware_id,
                                 values=[KeyValue(key=k, value=v) for k, v in values.items()])  # fmt: skip
 

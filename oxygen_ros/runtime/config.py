@@ -9,7 +9,8 @@ from typing import Any
 
 from oxygen_ros.embodiment import ADAPTERS, Conversions, parse_conversions
 from oxygen_ros.engine.mode_names import MODES
-from oxygen_ros.model.network.choices import ACTION_BACKENDS, PACK_CHOICES, PREFILL_BACKENDS, RESIZE_MODES, SCHEDULES
+from oxygen_ros.model.network.choices import (ACTION_BACKENDS, DTYPE_CHOICES, PACK_CHOICES, PREFILL_BACKENDS, RESIZE_MODES,
+                                             SCHEDULES)
 from oxygen_ros.model.network.config import PRESETS
 from oxygen_ros.model.checkpoints.key_maps import VARIANTS
 from oxygen_ros.model.tokenizers.prompt import PROMPT_FORMATS
@@ -48,6 +49,8 @@ class RuntimeConfig:
     norm_stats: str = ""
     norm_mode: str = "auto"
     device: str = "cpu"
+    # "auto": bfloat16 on CUDA and on a CPU that runs it natively (AVX512-BF16, AMX), float32 elsewhere, where
+    # bfloat16 is the slower dtype (model/network/cpu_bfloat16.py); "bfloat16" runs on any CPU.
     dtype: str = "float32"
     horizon: int = 0  # 0 = the checkpoint's chunk length (a preset's action_horizon)
     denoise_steps: int = 0  # 0 = the checkpoint's (LeRobot num_inference_steps; 10 otherwise)
@@ -117,7 +120,7 @@ class RuntimeConfig:
             (self.checkpoint != "" or self.model_preset in PRESETS, f"model_preset must be one of {sorted(PRESETS)}"),
             (self.norm_mode in NORM_MODE_CHOICES, f"norm_mode must be one of {list(NORM_MODE_CHOICES)}"),
             (not (self.norm_mode == "none" and self.norm_stats), "norm_mode 'none' contradicts a norm_stats file"),
-            (self.dtype in ("float32", "bfloat16"), "dtype must be 'float32' or 'bfloat16'"),
+            (self.dtype in DTYPE_CHOICES, f"dtype must be one of {list(DTYPE_CHOICES)}"),
             (self.device == "cpu" or self.device.startswith("cuda"), "device must be 'cpu' or 'cuda[:N]'"),
             (0 <= self.horizon <= 1000, "horizon must be in 0..1000 (0 = the checkpoint's chunk length)"),
             (0 <= self.denoise_steps <= 1000, "denoise_steps must be in 0..1000 (0 = the checkpoint's)"),

@@ -11,6 +11,8 @@ from typing import Any, Mapping
 
 import yaml
 
+from .paths import resolve_data_path, where_looked
+
 __all__ = ["ParamsFileError", "parameters_from_yaml", "read_params_file"]
 
 
@@ -62,10 +64,13 @@ def parameters_from_yaml(
 
 
 def read_params_file(path: str | Path, node: str | None = None) -> tuple[dict[str, Any], str | None]:
-    """(values, node fqn or None) of a parameters file; raises `ParamsFileError` saying what is wrong."""
-    p = Path(path)
+    """(values, node fqn or None) of a parameters file; raises `ParamsFileError` saying what is wrong.
+
+    A relative path that is not there from the working directory is looked up in the package's folders too
+    (`paths.resolve_data_path`: ``config/aloha_demo.yaml`` works from any directory)."""
+    p = Path(resolve_data_path(str(path)))
     if not p.is_file():
-        raise ParamsFileError(f"parameters file {p} does not exist")
+        raise ParamsFileError(f"parameters file {p} does not exist{where_looked(str(path))}")
     try:
         data = yaml.safe_load(p.read_text())
     except (yaml.YAMLError, UnicodeDecodeError) as exc:

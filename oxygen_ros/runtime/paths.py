@@ -11,10 +11,9 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-
 from typing import Any, Mapping
 
-__all__ = ["PATH_FIELDS", "package_dirs", "resolve_data_path", "with_resolved_paths"]
+__all__ = ["PATH_FIELDS", "package_dirs", "resolve_data_path", "where_looked", "with_resolved_paths"]
 
 PACKAGE = "oxygen_ros"
 PATH_FIELDS = ("checkpoint", "tokenizer", "norm_stats")  # RuntimeConfig fields that name files
@@ -41,6 +40,13 @@ def resolve_data_path(path: str, *first: Path) -> str:
         if (base / path).exists():
             return str(base / path)
     return path
+
+
+def where_looked(path: str) -> str:
+    """For a message about a missing relative ``path``: where it was looked for (empty for an absolute one)."""
+    if not path or Path(path).expanduser().is_absolute():
+        return ""
+    return f" (looked in {os.getcwd()} and in the package's folders: {', '.join(str(d) for d in package_dirs())})"
 
 
 def with_resolved_paths(values: Mapping[str, Any], *first: Path) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from oxygen_ros.model.backends.compiled_prefill import make_prefiller
 from oxygen_ros.model.network.config import ModelConfig, preset
 from oxygen_ros.model.checkpoints.key_maps import VARIANTS
 from oxygen_ros.model.checkpoints.normalize import Normalizer, NormStatsError, load_norm_stats
+from oxygen_ros.model.network.cpu_bfloat16 import cpu_dtype_line, resolve_dtype
 from oxygen_ros.model.network.packed_decode import PACK_CHOICES, PACK_LIMIT_BYTES, can_pack, is_packed
 from oxygen_ros.model.network.precision import cast_for_inference
 from oxygen_ros.model.network.preprocess import ImageError, prepare_images
@@ -166,8 +167,8 @@ class PolicyRuntime:
         keep_freed_buffers()
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
-        dtype = torch.bfloat16 if config.dtype == "bfloat16" else torch.float32
         device = torch.device(config.device)
+        dtype = torch.bfloat16 if resolve_dtype(config.dtype, device) == "bfloat16" else torch.float32
         if device.type == "cuda" and not torch.cuda.is_available():
             raise RuntimeLoadError(f"device {config.device!r} requested but CUDA is not available")
         if config.checkpoint:
@@ -280,6 +281,11 @@ class PolicyRuntime:
                 f"{self.normalizer.state_dim}: it is made for another robot"
             )
 
+    @property
+    def dtype(self) -> str:
+        """The model's dtype (``auto`` resolved): float32 or bfloat16."""
+        return str(self.model.dtype).removeprefix("torch.")
+
     def describe(self) -> str:
         """One line of what was chosen for this checkpoint (the node prints it at start-up)."""
         info = self.checkpoint_info
@@ -299,6 +305,8 @@ class PolicyRuntime:
     def _log_choices(self) -> None:
         info, c = self.checkpoint_info, self.config
         log.info("%s", self.describe())
+        if self.model.device.type == "cpu" and (c.dtype == "auto" or self.model.dtype == torch.bfloat16):
+            log.info("%s", cpu_dtype_line(c.dtype, self.dtype))  # which products this CPU runs, and why
         if c.checkpoint and c.prompt_format == "auto" and info.prompt_format is None:
             log.warning("prompt_format auto: using %s; %s. Set prompt_format explicitly.", self.prompt_format, info.prompt_format_note)
         if self.engine.packed_decode_bytes:

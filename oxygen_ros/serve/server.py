@@ -94,6 +94,7 @@ class PolicyServer:
             return
         peer = "%s:%s" % ws.remote_address[:2] if ws.remote_address else "?"
         served, why = 0, "closed by the client"
+        between_requests = False
         self.stats.count("connections")
         self.open_connections += 1
         log.info("client %s connected as robot %r (%d connected)", peer, robot or "robot0", self.open_connections)
@@ -103,7 +104,9 @@ class PolicyServer:
             prev_total_ms: float | None = None
             while True:
                 start = time.monotonic()
+                between_requests = True  # every reply sent: a client may end here (openpi's has no close())
                 message = await ws.recv()
+                between_requests = False
                 received = time.monotonic()
                 try:
                     obs = await loop.run_in_executor(self._decoder, self._observation, message)
@@ -124,8 +127,10 @@ class PolicyServer:
             if exc.sent is not None and exc.sent.code == CloseCode.MESSAGE_TOO_BIG:  # websockets refused the frame
                 why = f"refused: {exc.sent.reason} (--max-message-bytes), closed with 1009"
                 self.stats.count("refused.too_big")
+            elif exc.rcvd is None and between_requests:  # a client process that ended after its last reply
+                why = "ended by the client after its last reply, without a closing handshake"
             elif exc.rcvd is None:
-                why = "connection lost"
+                why = "connection lost during a request"
                 self.stats.count("disconnects.abrupt")
         finally:
             self.scheduler.release(robot)

@@ -211,10 +211,10 @@ class SimEpisode:
             return trajectory
         now_ns = round(at * 1e9)
         guard.measured.put(JOINT_NAMES, self.scene.q, now_ns)
-        problem = guard.chunk_problem(ARM_OUTPUT, trajectory.positions)
-        if problem:
-            self.holds.append(problem)
-            guard.hold("bad_output", problem, now_ns)
+        refusal = guard.check_chunk({ARM_OUTPUT.name: trajectory.positions})
+        if refusal is not None:
+            self.holds.append(str(refusal))
+            guard.hold("bad_output", str(refusal), now_ns)
             return hold_trajectory(ARM_OUTPUT, guard.hold_command(ARM_OUTPUT, now_ns), self.control_period_s)
         guarded = guard.trajectory(ARM_OUTPUT, trajectory, now_ns)
         guard.state.resumed()

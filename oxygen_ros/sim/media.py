@@ -39,8 +39,9 @@ class AnswerOut:
 
     @property
     def verdict(self) -> str:
-        """The mark in words (the GIF's font has no ✓/✗), with the truth when wrong."""
-        return {"": "", "✓": "-> right", "✗": f"-> wrong (true: {self.truth})"}[self.mark]
+        """The mark in words (the GIF's font has no ✓/✗), with the truth when wrong: "correct", never "right",
+        which answers about places use as a direction ("back right")."""
+        return {"": "", "✓": "[correct]", "✗": f"[wrong; true: {self.truth}]"}[self.mark]
 
     def caption(self) -> str:
         """One line for a picture: the question, the answer in quotes, the verdict set apart from it."""

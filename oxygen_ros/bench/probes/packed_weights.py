@@ -23,6 +23,7 @@ import statistics
 import torch
 import torch.nn.functional as F
 
+from oxygen_ros.model.network.cpu_bfloat16 import onednn_bfloat16_refusal
 from oxygen_ros.model.network.packed_decode import pack_weight, packed_linear
 
 from oxygen_ros.bench.machine import describe, machine_info
@@ -50,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
+    if args.dtype == "bfloat16" and onednn_bfloat16_refusal():
+        print(f"{onednn_bfloat16_refusal()}: the runtime packs nothing here, nothing to compare")
+        return 1
     if not torch.backends.mkldnn.is_available():
         print("oneDNN is not available in this torch build: nothing to compare")
         return 1

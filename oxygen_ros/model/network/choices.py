@@ -9,4 +9,6 @@ PREFILL_BACKENDS = ("eager", "compiled", "auto")  # model.backends.compiled_pref
 # (model.network.packed_decode).
 PACK_CHOICES = {"auto": None, "on": True, "off": False}
 RESIZE_MODES: tuple[str, ...] = ("pil", "bilinear")  # model.network.preprocess
+# The weights' dtype: "auto" = bfloat16 where the device runs it natively, else float32 (model.network.cpu_bfloat16).
+DTYPE_CHOICES = ("auto", "float32", "bfloat16")
 SCHEDULES = ("exp", "linear", "ones", "zeros")  # real-time chunking's prefix weights (model.network.rtc)

@@ -7,8 +7,9 @@ second copy of the weight) and multiplying with ``mkldnn._linear_pointwise`` giv
 0.5x the time at 1-8 rows and 0.7x at 30 (``python -m oxygen_ros.bench.probes.packed_weights``, docs/performance.md).
 
 Only the decode step uses the packed copies (:func:`packed_products` around it): the prefill, the action
-chunk and every compiled graph keep the plain weights. Only bfloat16 on a CPU with oneDNN is packed: in
-float32 torch sends the plain product to MKL, which the packed form would not equal.
+chunk and every compiled graph keep the plain weights. Only bfloat16 on a CPU whose oneDNN packs bfloat16
+(AVX-512 BW/VL/DQ or AVX-NE-CONVERT; ``cpu_bfloat16.py`` asks it once) is packed: elsewhere the plain
+products run. In float32 torch sends the plain product to MKL, which the packed form would not equal.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from oxygen_ros.model.network.choices import PACK_CHOICES  # "auto" packs where the copies fit PACK_LIMIT_BYTES
+from oxygen_ros.model.network.cpu_bfloat16 import onednn_packs_bfloat16
 
 # A second copy of the decode weights costs memory: at the bench preset 185 MB, for a full pi0.5 about 5 GB
 # (its backbone and the 257k-token head). Beyond this the copy is not made (the plain products still run).
@@ -85,7 +87,8 @@ class PackedLinear(nn.Linear):
 
 
 def can_pack(weight: Tensor) -> bool:
-    return weight.device.type == "cpu" and weight.dtype == torch.bfloat16 and torch.backends.mkldnn.is_available()
+    """A bfloat16 weight on a CPU whose oneDNN packs bfloat16 (not on an AVX2-only CPU)."""
+    return weight.device.type == "cpu" and weight.dtype == torch.bfloat16 and onednn_packs_bfloat16()
 
 
 def pack_linears(modules: list[nn.Module]) -> int:

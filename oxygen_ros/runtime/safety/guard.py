@@ -4,7 +4,8 @@ through it.
 
 `SafetyGuard` (one per robot) keeps one `OutputGuard` per output, the hold state and the limit counts:
 
-* ``chunk_problem`` — a chunk that is no command at all (non-finite, or far beyond a position range): hold.
+* ``check_chunk`` — a chunk that is no command at all (non-finite, or far beyond a position range): hold; the
+  refusal counted by output, joint and reason (``refusals``).
 * ``trajectory`` / ``stream`` — a command held to the limits (`retime`), from the measured state.
 * ``hold`` — every output to its hold command (`hold_command`): a trajectory to the measured position, zero
   velocity, a zero twist; the next command blends from the measured state over ``blend_s``.
@@ -21,7 +22,8 @@ from ..outputs import OutputSpec
 from ..trajectory import TimedTrajectory
 from .hold import HoldState, LimitCounter, MeasuredJoints
 from .limits import OutputLimits
-from .retime import Hits, blend_weights, empty_hits, guard_positions, guard_twist, guard_velocities
+from .refusals import Refusal, RefusalCounter
+from .retime import Hits, blend_weights, count_clamps, empty_hits, guard_positions, guard_twist, guard_velocities
 from .scaling import scale_step
 
 __all__ = ["OutputGuard", "SafetyGuard", "hold_trajectory"]
@@ -74,9 +76,10 @@ class OutputGuard:
         measured position (None: neither is known)."""
         if self.velocity:
             return np.zeros(len(self.spec.dims))
-        if self._held is not None:
-            return self._held
-        return None if measured is None else np.asarray(measured, dtype=np.float64)
+        if self._held is None and measured is not None:
+            # kept: a hold repeated (each refused chunk answers with one) stays where the first one held
+            self._held = np.asarray(measured, dtype=np.float64)
+        return self._held
 
     # ----------------------------------------------------------------------------------- trajectories
     def trajectory(self, timed: TimedTrajectory, now_ns: int, measured: np.ndarray | None) -> tuple[TimedTrajectory | None, Hits]:
@@ -139,7 +142,7 @@ class OutputGuard:
         distance from the measured position shortened to max_distance (each along its direction)."""
         hits = empty_hits(len(target))
         out = np.clip(target, self._lower, self._upper)
-        hits["range"] += out != target
+        count_clamps(hits, target, out, self._lower, self._upper)
         # The step from what the controller was last told (a hold included): a measurement may be a little old.
         reference = next((r for r in (self._last, self._held, measured) if r is not None), None)
         if reference is not None:
@@ -191,6 +194,7 @@ class SafetyGuard:
                         for s in outputs}  # fmt: skip
         self.state = HoldState()
         self.hits = LimitCounter()
+        self.refusals = RefusalCounter()
         self.measured = MeasuredJoints()
         self.max_measured_age_ns = int(max_measured_age_s * NS)
 
@@ -205,11 +209,16 @@ class SafetyGuard:
             return None
         return self.measured.get(spec.joints, now_ns, self.max_measured_age_ns if now_ns is not None else None)
 
-    def chunk_problem(self, spec: OutputSpec, values: np.ndarray) -> str | None:
-        """Why an output's converted chunk is no command at all (hold instead), or None."""
-        if not np.all(np.isfinite(values)):
-            return f"output {spec.name}: the model's actions contain NaN or infinite values"
-        return self.outputs[spec.name].limits.out_of_range(values)
+    def chunk_problem(self, spec: OutputSpec, values: np.ndarray) -> Refusal | None:
+        """Why an output's converted chunk is no command at all (hold instead), or None (not counted)."""
+        return self.outputs[spec.name].limits.refusal(values)
+
+    def check_chunk(self, values: Mapping[str, np.ndarray]) -> Refusal | None:
+        """Every output's converted chunk (by output name) checked: the first refusal (the chunk is no command:
+        hold instead), or None. A refused chunk is counted in ``refusals`` for every joint at fault."""
+        found = [r for name, v in values.items() if (r := self.chunk_problem(self.outputs[name].spec, v)) is not None]
+        self.refusals.refused(found)
+        return found[0] if found else None
 
     def trajectory(self, spec: OutputSpec, timed: TimedTrajectory, now_ns: int) -> TimedTrajectory | None:
         guard = self.outputs[spec.name]

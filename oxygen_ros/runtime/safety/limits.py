@@ -24,6 +24,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..outputs import OutputSpec
+from .refusals import NON_FINITE, OUT_OF_RANGE, Refusal
 
 __all__ = ["UNGUARDED", "OutputLimits", "limits_of_outputs", "limit_table_problems", "unguarded_lines"]
 
@@ -64,20 +65,31 @@ class OutputLimits:
             or any(math.isfinite(x) for x in (self.max_acceleration, self.max_linear_speed, self.max_angular_speed))
         )
 
-    def out_of_range(self, values: np.ndarray) -> str | None:
-        """Why these [..., dims] values are not a command at all (beyond a position limit by more than the margin
-        of the joint's range), or None."""
+    def refusal(self, values: np.ndarray) -> Refusal | None:
+        """Why these [..., dims] values are not a command at all, or None: non-finite values, or values beyond a
+        position limit by more than the margin of the joint's range."""
+        v = np.asarray(values, dtype=np.float64)
+        bad = ~np.isfinite(v)
+        if np.any(bad):
+            joints = tuple(self.labels[j] for j in np.flatnonzero(bad.reshape(-1, v.shape[-1]).any(axis=0)))
+            return Refusal(self.output, joints, NON_FINITE, f"output {self.output}: the model's actions contain NaN "
+                           f"or infinite values ({', '.join(joints)})")  # fmt: skip
         lo, hi = np.asarray(self.lower), np.asarray(self.upper)
         span = np.where(np.isfinite(hi - lo), hi - lo, INF)
         slack = self.out_of_range_margin * span
-        v = np.asarray(values, dtype=np.float64)
-        beyond = (v < lo - slack) | (v > hi + slack)
+        beyond = ((v < lo - slack) | (v > hi + slack)).reshape(-1, v.shape[-1]).any(axis=0)
         if not np.any(beyond):
             return None
-        j = int(np.argwhere(beyond)[0][-1])
+        j = int(np.flatnonzero(beyond)[0])
         worst = float(v[..., j].min() if np.any(v[..., j] < lo[j] - slack[j]) else v[..., j].max())
-        return (f"output {self.output}: {self.labels[j]} commanded {worst:.4g}, beyond its range [{lo[j]:.4g}, "
-                f"{hi[j]:.4g}] by more than {self.out_of_range_margin:g} of the range")
+        return Refusal(self.output, tuple(self.labels[i] for i in np.flatnonzero(beyond)), OUT_OF_RANGE,
+                       f"output {self.output}: {self.labels[j]} commanded {worst:.4g}, beyond its range [{lo[j]:.4g}, "
+                       f"{hi[j]:.4g}] by more than {self.out_of_range_margin:g} of the range")  # fmt: skip
+
+    def out_of_range(self, values: np.ndarray) -> str | None:
+        """`refusal` in words (None: a command)."""
+        refusal = self.refusal(values)
+        return None if refusal is None else refusal.message
 
 
 def _labels(spec: OutputSpec) -> tuple[str, ...]:

@@ -1,7 +1,8 @@
 """Pure functions that hold a chunk's commands to the limits (no state: `guard.py` keeps that).
 
 Every function returns the guarded values and the limit hits per joint (``Hits``: kind → int count per dim):
-``range`` (clamped into the position range), ``distance`` (a step shortened: too far from where the joint is,
+``range`` (clamped into the position range; ``range_far`` too when the command lay beyond it by more than
+``RANGE_TOLERANCE`` of the joint's range: the one kind worth a warning), ``distance`` (a step shortened: too far from where the joint is,
 or is due to be, when the command is due), ``speed`` (a trajectory re-timed, a streamed position step or a
 velocity shortened), ``acceleration`` (a change of velocity shortened).
 """
@@ -14,10 +15,11 @@ import numpy as np
 
 from .scaling import cap_norm, scale_step
 
-__all__ = ["Hits", "blend_weights", "guard_positions", "guard_velocities", "guard_twist", "merge_hits"]
+__all__ = ["KINDS", "RANGE_TOLERANCE", "Hits", "count_clamps", "blend_weights", "guard_positions", "guard_velocities", "guard_twist", "merge_hits"]
 
 Hits = dict[str, np.ndarray]
-KINDS = ("range", "distance", "speed", "acceleration")
+KINDS = ("range", "range_far", "distance", "speed", "acceleration")
+RANGE_TOLERANCE = 0.05  # of a joint's range: a clamp by more is no rounding of a command at the range's end
 _EPS = 1e-9
 
 
@@ -34,6 +36,15 @@ def merge_hits(total: Hits, more: Hits) -> Hits:
     for k, v in more.items():
         total[k] = total.get(k, np.zeros_like(v)) + v
     return total
+
+
+def count_clamps(hits: Hits, commanded: np.ndarray, clamped: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> None:
+    """Count ``range`` (any clamp) and ``range_far`` (a clamp by more than the tolerance) per joint, in place."""
+    moved = np.abs(np.asarray(commanded, dtype=np.float64) - clamped)
+    span = np.where(np.isfinite(upper - lower), upper - lower, math.inf)
+    moved = moved.reshape(-1, moved.shape[-1])  # one command or several rows: counts per joint
+    hits["range"] += np.count_nonzero(moved > 0, axis=0)
+    hits["range_far"] += np.count_nonzero(moved > RANGE_TOLERANCE * span, axis=0)
 
 
 def blend_weights(times_s: np.ndarray, from_s: float, blend_s: float) -> np.ndarray:
@@ -64,7 +75,7 @@ def guard_positions(
     n_joints = pos.shape[1]
     hits = empty_hits(n_joints)
     clamped = np.clip(pos, lower, upper)
-    hits["range"] += np.count_nonzero(clamped != pos, axis=0)
+    count_clamps(hits, pos, clamped, lower, upper)
     end = float(times[-1]) if end_s is None else end_s
     out_t: list[float] = []
     out_p: list[np.ndarray] = []
@@ -80,6 +91,10 @@ def guard_positions(
             # The point toward the target from where the trajectory is, kept within reach of the measured joints.
             point, binding = scale_step(origin, target, max_distance)
             seg = np.abs(point - prev_p)
+            if not out_t and measured is not None:
+                # The first point also from the joints as measured: a controller that starts its path from the
+                # measured state (ros2_controllers' joint trajectory controller) must not move them faster.
+                seg = np.maximum(seg, np.abs(point - origin))
             with np.errstate(divide="ignore", invalid="ignore"):
                 need_each = np.where(seg > 0, seg / max_velocity, 0.0)
             need = float(np.max(need_each)) if need_each.size else 0.0

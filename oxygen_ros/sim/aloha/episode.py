@@ -189,9 +189,9 @@ class AlohaEpisode:
         origin_ns = round(self._origin_step * DT * NS)
         start_ns = trajectory.start_time_ns + origin_ns if trajectory.start_time_ns else 0
         now_ns = self._measure()
-        problems = [p for spec in self.spec.wiring.outputs if (p := self.guard.chunk_problem(spec, spec.values(actions)))]
-        if problems:
-            self.hold("bad_output", problems[0])
+        refusal = self.guard.check_chunk({spec.name: spec.values(actions) for spec in self.spec.wiring.outputs})
+        if refusal is not None:
+            self.hold("bad_output", str(refusal))
             return
         for spec in self.spec.wiring.outputs:
             timed = self.guard.trajectory(spec, TimedTrajectory(spec.joints, trajectory.times_s, spec.values(actions), start_ns), now_ns)

@@ -1,0 +1,67 @@
+"""The lockstep ALOHA simulator goes on at its pace whatever the policy node's guard does: a wild model (a small
+π0.5 with its action output x30) whose chunks are refused, and a stop set then cleared mid-episode, are each
+answered by the node's hold commands (`oxygen_node` + `oxygen_sim_node` over DDS, `run_loop`), so no observation
+waits out the simulator's 30 s `lockstep_timeout_s`, and commands resume with the first chunk after the stop is
+cleared. Few steps, the file's 96 x 96 cameras."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aloha_available import require_aloha
+
+require_aloha()
+
+from oxygen_ros.sim.aloha.evaluation import small_checkpoint  # noqa: E402
+from oxygen_ros.sim_ros.aloha_loop import node_values, run_loop  # noqa: E402
+
+PARAMS = Path(__file__).resolve().parents[1] / "config" / "aloha_demo.yaml"
+STEPS = 100  # 2 s: four chunks of 25 steps an episode
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _loop(action_scale: float, seeds: list[int], on_ready: Any, **more: Any) -> Any:
+    with small_checkpoint(action_scale=action_scale) as overrides:
+        values = node_values(PARAMS, {**overrides, "engine_mode": "action_only", "episode_topic": "", **more})
+        return run_loop(values, seeds, image_size=(96, 96), fast_render=True, episode_steps=STEPS, timeout_s=600,
+                        on_ready=on_ready)  # fmt: skip
+
+
+def test_a_wild_model_s_refused_chunks_do_not_stall_the_lockstep_simulator() -> None:
+    guards: list[Any] = []
+    result = _loop(30.0, [0, 1, 2], lambda policy, sim: guards.append(policy._ports[0].outputs.guard))
+    s = result.sim_stats
+    print(f"\nwild model x30, 3 episodes of {STEPS} steps: {s['queries']} observations, {s['answers']} answered, "
+          f"{s['timeouts']} lockstep timeouts, {guards[0].refusals.chunks} chunks refused, wall {result.wall_s:.1f} s")
+    assert len(result.episodes) == 3 and s["timeouts"] == 0 and s["answers"] == s["queries"]
+    assert guards[0].refusals.chunks >= 3  # refused, each answered by the hold commands
+    assert result.wall_s < 3 * 30.0  # not one 30 s wait, let alone one per observation
+
+
+def test_a_stop_set_and_cleared_mid_episode_does_not_stall_the_lockstep_simulator() -> None:
+    seen: dict[str, Any] = {"states": []}
+
+    def on_ready(policy: Any, sim: Any) -> None:
+        safety = policy._ports[0].safety
+
+        def on_step(driver: Any) -> None:
+            step = len(seen["states"])  # the episode's steps so far
+            if step == 20:
+                safety.set_stop(True, "the test")
+            elif step == 45:
+                safety.set_stop(False, "the test")
+            seen["states"].append((step, safety.guard.state.state))
+
+        sim.on_step = on_step
+
+    # the random model's chunks clamped into the ranges rather than refused: it commands until the stop
+    result = _loop(1.0, [3], on_ready, limit_out_of_range_margin=100.0)
+    s = result.sim_stats
+    assert s["timeouts"] == 0 and s["answers"] == s["queries"], s
+    states = dict(seen["states"])
+    assert states[30] == "STOP", seen["states"][:60]  # stopped, and the simulator stepped on
+    # commanding again with the first chunk after the clear (chunks come every 25 steps)
+    assert any(state == "RUN" for step, state in seen["states"] if 45 < step <= 45 + 25 + 1), seen["states"][40:80]
