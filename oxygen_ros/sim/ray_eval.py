@@ -19,15 +19,18 @@ with its seeds; its episodes are not counted as run. Ray is imported here only, 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import ray
 from ray.exceptions import RayError
 
 from oxygen_ros.runtime import RuntimeConfig
+from oxygen_ros.runtime.paths import PATH_FIELDS
 
 from .episode import EpisodeSpec
 from .evaluate import EpisodeResult, EvalSettings, evaluate
@@ -53,6 +56,13 @@ def _run_shard(config: RuntimeConfig, settings: EvalSettings, specs: list[Episod
     runtime = PolicyRuntime.load(config)
     results = list(evaluate(runtime, specs, settings, min(envs, len(specs)), exact))
     return results, runtime.config, ray.get_runtime_context().get_node_id()
+
+
+def with_absolute_paths(config: RuntimeConfig) -> RuntimeConfig:
+    """The model file paths of ``config`` as absolute paths (a task's working directory is not the driver's)."""
+    found = {f: str(Path(v).expanduser().resolve()) for f in PATH_FIELDS
+             if isinstance(v := getattr(config, f, None), str) and v and Path(v).expanduser().exists()}  # fmt: skip
+    return dataclasses.replace(config, **found)
 
 
 def split(specs: list[EpisodeSpec], shards: int) -> list[list[EpisodeSpec]]:
@@ -109,7 +119,8 @@ class RayEvaluation:
                           retry_exceptions=True)(_run_shard)  # fmt: skip
         shards = split(self.specs, self._shard_count())
         self.tasks = len(shards)
-        refs = {task.remote(self.config, self.settings, shard, self.envs, self.exact): shard for shard in shards}
+        config = with_absolute_paths(self.config)
+        refs = {task.remote(config, self.settings, shard, self.envs, self.exact): shard for shard in shards}
         pending = list(refs)
         try:
             while pending:
