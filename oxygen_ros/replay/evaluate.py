@@ -194,7 +194,13 @@ class EvalReplay(OfflineReplay):
         """The episode events where the bag has them, else pauses in the joint states."""
         assert self.reference is not None
         if len(self.reference.episode_starts_ns):
-            return from_events(self.reference.episode_starts_ns, self.reference.episode_ends_ns, reader.end_ns)
+            episodes = from_events(self.reference.episode_starts_ns, self.reference.episode_ends_ns, reader.end_ns)
+            inside = sum(ep.end_ns - ep.start_ns for ep in episodes)
+            outside_s = (reader.end_ns - reader.start_ns - inside) / NS_PER_S
+            if outside_s > self.period_ns / NS_PER_S:  # recorded before the first start or between an end and a start
+                self.warnings.append(f"{outside_s:.2f} s of the bag lie outside its {len(episodes)} episodes (before the "
+                                     "first start event or between an end and the next start): not judged")  # fmt: skip
+            return episodes
         # the last command of an episode is for a step past its last message; states end with their messages
         step_ns = round(self.config.settings.step_period_s * NS_PER_S) if self.reference.against == "commands" else 0
         return from_gaps(np.asarray(self._joint_times), self.eval_options.episode_gap_s, reader.start_ns, reader.end_ns,

@@ -66,8 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--envs", type=int, default=1,
                     help="episodes run at once through one engine (their chunks batched); default 1: one by one")
     ev.add_argument("--any-length", action="store_true",
-                    help="--envs: batch every due chunk in one call (faster; equal to one by one up to float rounding, "
-                    "not bit for bit: a closed loop may then end an episode differently)")
+                    help="--envs: batch every due chunk in one call (faster). Changes the numerics: a chunk differs "
+                    "from one by one by float rounding (at most 2.4e-7 on the same observation), which the closed loop "
+                    "grows into other episodes (chunks up to 0.19 apart, other lengths, an outcome may differ; "
+                    "docs/simulator.md, scripts/any_length_numerics.py)")
     _add_ray_args(ev)
     ev.add_argument("--json-out", help="write the summary and every episode's details here")
     ev.add_argument("--quiet", action="store_true")
