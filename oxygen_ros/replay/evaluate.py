@@ -9,8 +9,12 @@ replay sends for the chunk — every stage of the node's output chain, whatever 
 it writes; the steps beyond, which no controller receives, are the chunk through the output conversions and
 limits (`oxygen_ros.runtime.command_chain`), in the units of the command topics. No rclpy.
 
-Bad input raises `EvalError` before anything is computed: a bag without the configured cameras or joints, a
-command topic of another type, a bag shorter than one chunk, joint-state stamps that jump.
+The bag is judged episode by episode (`episodes`: its episode events, else pauses in the joint states): the
+ticks, the noise, the chunk in progress and the guard restart at each episode's start, and nothing is compared
+outside a chunk's episode. The cameras' stamps are measured against the joint states' (`input_timing`).
+
+Bad input raises `EvalError` (`check_bag`: before the model loads): a bag without the configured cameras or
+joints, a command topic of another type, joint-state stamps that jump; then a bag shorter than one chunk.
 """
 
 from __future__ import annotations
