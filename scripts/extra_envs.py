@@ -85,9 +85,9 @@ ENVS: tuple[ExtraEnv, ...] = (
     ExtraEnv(
         name="robosuite-osc",
         folder="robosuite-osc",
-        requirements=("robosuite==1.4.1", "mujoco==3.8.1"),  # LIBERO pins robosuite 1.4
+        requirements=("robosuite==1.4.1", "mujoco==3.2.3"),  # LIBERO pins robosuite 1.4
         probe="import robosuite",
-        used_by="scripts/measure_osc_step.py (test/fixtures/robosuite_osc_step.json)",
+        used_by="scripts/measure_osc_gain.py (test/fixtures/robosuite_osc_gain.json)",
         on_setup=False,
     ),
     ExtraEnv(
