@@ -32,12 +32,22 @@ def _loop(action_scale: float, seeds: list[int], on_ready: Any, **more: Any) -> 
 
 def test_a_wild_model_s_refused_chunks_do_not_stall_the_lockstep_simulator() -> None:
     guards: list[Any] = []
-    result = _loop(30.0, [0, 1, 2], lambda policy, sim: guards.append(policy._ports[0].outputs.guard))
+    warnings: list[str] = []
+
+    def on_ready(policy: Any, sim: Any) -> None:
+        port = policy._ports[0]
+        guards.append(port.outputs.guard)
+        warning = port.safety.log.warning
+        port.safety.log.warning = lambda message: (warnings.append(message), warning(message))[1]
+
+    result = _loop(30.0, [0, 1, 2], on_ready)
     s = result.sim_stats
     print(f"\nwild model x30, 3 episodes of {STEPS} steps: {s['queries']} observations, {s['answers']} answered, "
           f"{s['timeouts']} lockstep timeouts, {guards[0].refusals.chunks} chunks refused, wall {result.wall_s:.1f} s")
     assert len(result.episodes) == 3 and s["timeouts"] == 0 and s["answers"] == s["queries"]
     assert guards[0].refusals.chunks >= 3  # refused, each answered by the hold commands
+    said = [w for w in warnings if w.startswith("chunks refused, the outputs held")]
+    assert said and "out_of_range x" in said[0], warnings  # the log names them by output, joint and reason
     assert result.wall_s < 3 * 30.0  # not one 30 s wait, let alone one per observation
 
 

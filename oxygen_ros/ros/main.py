@@ -35,6 +35,12 @@ USAGE = (
     "                      later files override earlier ones\n"
     "  --ros-args ...      standard ROS arguments (-p name:=value, -r __ns:=/robot, --params-file, ...)"
 )
+LIFECYCLE_USAGE = (
+    "usage: oxygen_lifecycle_node [--autostart] [--params-file PATH]... [--ros-args ...]\n"
+    "  the managed node (oxygen_node --lifecycle): starts unconfigured, driven by ~/change_state\n"
+    "  --autostart         configure and activate at start\n"
+    + USAGE.split("\n", 3)[3]  # the options after --lifecycle and --autostart, as oxygen_node's
+)
 NODE_FLAGS = ("--lifecycle", "--autostart", "--exit-with-parent")
 SHUTDOWN_TIMEOUT_S = 10.0
 GIL_SWITCH_INTERVAL_S = 0.00025
@@ -102,10 +108,10 @@ def _die(message: str, code: int = 1, program: str = "oxygen_node") -> None:
     raise SystemExit(code)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, usage: str = USAGE) -> int:
     """Console entry point; returns the exit code."""
     try:
-        return _run(require_params_files(parse_options(sys.argv if argv is None else argv)))
+        return _run(require_params_files(parse_options(sys.argv if argv is None else argv, usage)))
     except SystemExit as exc:  # --help, or _die: the message is printed already
         return int(exc.code or 0)
 
@@ -130,7 +136,7 @@ def require_params_files(options: Options, program: str = "oxygen_node") -> Opti
 def lifecycle_main() -> int:
     """`oxygen_lifecycle_node`: the managed node (add --autostart to configure and activate at start)."""
     argv = list(sys.argv)
-    return main([argv[0], "--lifecycle", *argv[1:]])
+    return main([argv[0], "--lifecycle", *argv[1:]], LIFECYCLE_USAGE)
 
 
 class ShutdownRequest:

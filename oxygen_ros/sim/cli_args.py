@@ -4,6 +4,7 @@ that ``--help`` and a refused command line answer at once (``oxygen_ros.sim.cli`
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import sys
 from pathlib import Path
@@ -65,8 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--envs", type=int, default=1,
                     help="episodes run at once through one engine (their chunks batched); default 1: one by one")
     ev.add_argument("--any-length", action="store_true",
-                    help="--envs: batch every due chunk in one call (faster; equal to one by one up to float rounding, "
-                    "not bit for bit: a closed loop may then end an episode differently)")
+                    help="--envs: batch every due chunk in one call (faster). Changes the numerics: a chunk differs "
+                    "from one by one by float rounding (at most 2.4e-7 on the same observation), which the closed loop "
+                    "grows into other episodes (chunks up to 0.19 apart, other lengths, an outcome may differ; "
+                    "docs/simulator.md, scripts/any_length_numerics.py)")
+    _add_ray_args(ev)
     ev.add_argument("--json-out", help="write the summary and every episode's details here")
     ev.add_argument("--quiet", action="store_true")
     _add_aloha_args(ev, "default params file config/aloha_demo.yaml; the scene-variation flags are the table-top's")
@@ -115,6 +119,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_ray_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                        help="table-top: run the episodes as Ray tasks (pip install .[ray]): on the cluster at ADDRESS "
+                        "(host:port, or auto: the one this machine is part of), or, without ADDRESS, on a cluster of "
+                        "this machine started for the run; per-episode records equal one machine's (docs/scale.md)")
+    parser.add_argument("--ray-cpus", type=float, default=1.0, help="--ray: CPUs per task (default %(default)s)")
+    parser.add_argument("--ray-gpus", type=float, default=0.0, help="--ray: GPUs per task (default %(default)s)")
+    parser.add_argument("--ray-shards", type=int, help="--ray: tasks the episodes are split into, each loading one "
+                        "engine (default: the cluster's CPUs / --ray-cpus, at most one per episode)")
+
+
+def _ray_refusal(args: argparse.Namespace) -> str | None:
+    """Why the command line's Ray options cannot run (None: they can, or there are none)."""
+    if args.ray is None:
+        if args.ray_shards is not None or args.ray_cpus != 1.0 or args.ray_gpus != 0.0:
+            return "--ray-cpus, --ray-gpus and --ray-shards go with --ray"
+        return None
+    if args.env != "tabletop" or args.through_node:
+        return "--ray runs the table-top evaluation (--env tabletop); the ALOHA evaluation runs on one machine"
+    if args.ray_cpus <= 0 or args.ray_gpus < 0 or (args.ray_shards is not None and args.ray_shards < 1):
+        return "--ray-cpus must be > 0, --ray-gpus >= 0, --ray-shards >= 1"
+    if importlib.util.find_spec("ray") is None:
+        return "--ray needs Ray, an optional extra: pip install .[ray] (scripts/setup.sh installs it)"
+    return None
+
+
 def _add_aloha_args(parser: argparse.ArgumentParser, note: str) -> None:
     from .aloha.cli import ENVS
 
@@ -140,5 +170,8 @@ def checked_args(argv: list[str] | None = None) -> argparse.Namespace | int:
         return 2
     if args.command == "eval" and args.questions < 0:
         print("oxygen-sim: --questions must be >= 0", file=sys.stderr)
+        return 2
+    if args.command == "eval" and (refusal := _ray_refusal(args)):
+        print(f"oxygen-sim: {refusal}", file=sys.stderr)
         return 2
     return args
