@@ -51,7 +51,7 @@ make_venv() {
   "$venv/bin/python" -m pip install -q -r requirements-ray.txt
   echo "[setup] installing ROS 2 Kilted wheels"
   "$venv/bin/python" -m pip install -q -r requirements-ros.txt
-  echo "[setup] building the oxygen_ros_msgs interface package into the venv"
+  echo "[setup] building the interface packages (oxygen_ros_msgs, interbotix_xs_msgs) into the venv"
   bash scripts/build_interfaces.sh "$venv"
   echo "[setup] installing oxygen_ros (editable)"
   log="$venv/oxygen_install.log"
