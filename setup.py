@@ -31,6 +31,8 @@ setup(
         (f"share/{package_name}/config/robots", glob("config/robots/*.yaml")),
     ],
     install_requires=["setuptools"],
+    # oxygen-sim eval --ray, oxygen-replay eval --ray (requirements-ray.txt pins the version the tests run)
+    extras_require={"ray": ["ray>=2.60,<3"]},
     zip_safe=True,
     maintainer="oxygen_ros developers",
     maintainer_email="oxygen-ros@example.com",

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Build the oxygen_ros_msgs interface package (interfaces/oxygen_ros_msgs, sources in msg/ and action/) with
-# cmake and install it into a virtual environment that has the ROS 2 Kilted wheels of
-# requirements-ros.txt. Afterwards `from oxygen_ros_msgs.msg import ActionChunk` works in that
-# venv's Python with no extra environment variables.
+# Build the interface packages with cmake and install them into a virtual environment that has the ROS 2
+# Kilted wheels of requirements-ros.txt: oxygen_ros_msgs (interfaces/oxygen_ros_msgs, sources in msg/ and
+# action/) and interbotix_xs_msgs (interfaces/interbotix_xs_msgs: the Interbotix arm driver's command
+# messages, for the ALOHA's joint_group / joint_single outputs). Afterwards `from oxygen_ros_msgs.msg import
+# ActionChunk` and `from interbotix_xs_msgs.msg import JointGroupCommand` work in that venv's Python with no
+# extra environment variables.
 #
 # Usage: scripts/build_interfaces.sh [--fix-only] VENV
 #   --fix-only  only repair the wheels' cmake export files (needed once before any cmake or colcon
@@ -26,8 +28,15 @@ venv="$(cd "$1" && pwd)"
 py="$venv/bin/python"
 [[ -x "$py" ]] || die "'$py' is not an executable Python; is '$venv' a virtual environment?"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-src="$root/interfaces/oxygen_ros_msgs"
-[[ -f "$src/CMakeLists.txt" ]] || die "interface package not found at $src"
+# name and the import that proves it installed
+packages=(oxygen_ros_msgs interbotix_xs_msgs)
+declare -A checks=(
+  [oxygen_ros_msgs]="from oxygen_ros_msgs.msg import ActionChunk, TextDelta; from oxygen_ros_msgs.action import Ask; ActionChunk(); TextDelta(); Ask.Goal()"
+  [interbotix_xs_msgs]="from interbotix_xs_msgs.msg import JointGroupCommand, JointSingleCommand; JointGroupCommand(name='arm', cmd=[0.0]); JointSingleCommand(name='gripper', cmd=0.0)"
+)
+for package in "${packages[@]}"; do
+  [[ -f "$root/interfaces/$package/CMakeLists.txt" ]] || die "interface package not found at $root/interfaces/$package"
+done
 command -v cmake >/dev/null || die "cmake is not installed (apt-get install cmake g++)"
 
 # The ROS wheels' Python re-executes itself (ros_wheels_bootstrapper); rclpy-related code wants a
@@ -71,37 +80,42 @@ print(f"[build_interfaces]   {changed} file(s) rewritten (python: {py_include}, 
 PY
 [[ $fix_only -eq 1 ]] && exit 0
 
-build="$(mktemp -d "$tmp_root/oxygen_ros_msgs_build.XXXXXX")"
-trap 'rm -rf "$build"' EXIT
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 jobs="$(nproc 2>/dev/null || echo 2)"
+builds=()
+trap 'rm -rf "${builds[@]}"' EXIT
 
-log "configuring oxygen_ros_msgs (build folder $build)"
-if ! AMENT_PREFIX_PATH="$venv" cmake -S "$src" -B "$build" "${generator[@]}" \
-    -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_INSTALL_PREFIX="$venv" \
-    -DCMAKE_PREFIX_PATH="$venv" \
-    -DCMAKE_INSTALL_RPATH="$venv/lib" \
-    -DPython3_EXECUTABLE="$py" \
-    -DBUILD_TESTING=OFF >"$build/configure.log" 2>&1; then
-  tail -n 40 "$build/configure.log" >&2
-  die "cmake configure failed (log above)"
-fi
+build_package() {
+  local package="$1" src="$root/interfaces/$1" build
+  build="$(mktemp -d "$tmp_root/${package}_build.XXXXXX")"
+  builds+=("$build")
+  log "configuring $package (build folder $build)"
+  if ! AMENT_PREFIX_PATH="$venv" cmake -S "$src" -B "$build" "${generator[@]}" \
+      -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_INSTALL_PREFIX="$venv" \
+      -DCMAKE_PREFIX_PATH="$venv" \
+      -DCMAKE_INSTALL_RPATH="$venv/lib" \
+      -DPython3_EXECUTABLE="$py" \
+      -DBUILD_TESTING=OFF >"$build/configure.log" 2>&1; then
+    tail -n 40 "$build/configure.log" >&2
+    die "$package: cmake configure failed (log above)"
+  fi
+  log "building $package"
+  if ! cmake --build "$build" --parallel "$jobs" >"$build/build.log" 2>&1; then
+    tail -n 40 "$build/build.log" >&2
+    die "$package: build failed (log above)"
+  fi
+  log "installing $package into $venv"
+  if ! cmake --install "$build" >"$build/install.log" 2>&1; then
+    tail -n 40 "$build/install.log" >&2
+    die "$package: install failed (log above)"
+  fi
+  log "checking the import of $package"
+  "$py" -c "${checks[$package]}" || die "$package was installed but does not import in $py"
+  log "done: $package installed into $venv"
+}
 
-log "building"
-if ! cmake --build "$build" --parallel "$jobs" >"$build/build.log" 2>&1; then
-  tail -n 40 "$build/build.log" >&2
-  die "build failed (log above)"
-fi
-
-log "installing into $venv"
-if ! cmake --install "$build" >"$build/install.log" 2>&1; then
-  tail -n 40 "$build/install.log" >&2
-  die "install failed (log above)"
-fi
-
-log "checking the import"
-"$py" -c "from oxygen_ros_msgs.msg import ActionChunk, TextDelta; from oxygen_ros_msgs.action import Ask; ActionChunk(); TextDelta(); Ask.Goal()" \
-  || die "oxygen_ros_msgs was installed but does not import in $py"
-log "done: oxygen_ros_msgs installed into $venv"
+for package in "${packages[@]}"; do
+  build_package "$package"
+done

@@ -10,7 +10,7 @@ venv="$root/.venv"
 py="${PYTHON:-python3}"
 
 stamp="$venv/.oxygen_setup_stamp"
-inputs_hash="$(cat requirements.txt requirements-ros.txt setup.py setup.cfg package.xml \
+inputs_hash="$(cat requirements.txt requirements-ros.txt requirements-ray.txt setup.py setup.cfg package.xml \
   scripts/setup.sh scripts/build_interfaces.sh $(find msg action interfaces -type f 2>/dev/null | sort) \
   | sha256sum | cut -d' ' -f1)"
 export HOME="${HOME:-$root}"
@@ -47,9 +47,11 @@ make_venv() {
       echo "[setup] note: no EGL / Mesa libraries: the ALOHA simulator cannot render (apt install libegl1 libegl-mesa0 libgl1-mesa-dri)"
     fi
   fi
+  echo "[setup] installing the optional Ray extra (oxygen-sim eval --ray)"
+  "$venv/bin/python" -m pip install -q -r requirements-ray.txt
   echo "[setup] installing ROS 2 Kilted wheels"
   "$venv/bin/python" -m pip install -q -r requirements-ros.txt
-  echo "[setup] building the oxygen_ros_msgs interface package into the venv"
+  echo "[setup] building the interface packages (oxygen_ros_msgs, interbotix_xs_msgs) into the venv"
   bash scripts/build_interfaces.sh "$venv"
   echo "[setup] installing oxygen_ros (editable)"
   log="$venv/oxygen_install.log"

@@ -16,8 +16,8 @@ its source so the tests can hold the package against it (the constants carry the
   to [output_min, output_max]), ``controllers/osc.py`` (``set_goal``, OSC_POSE's default output_max 0.05 m and
   0.5 rad) and ``utils/control_utils.py`` (``set_goal_position``: current + delta; ``set_goal_orientation``:
   the delta rotation pre-multiplied, i.e. in the world frame); control_freq 20 and openpi's ``replan_steps`` 5
-  (``examples/libero/main.py``); the OSC's measured motion per step (``test/fixtures/robosuite_osc_step.json``,
-  written by ``scripts/measure_osc_step.py``); robosuite's PandaGripper: -1 opens, +1 closes.
+  (``examples/libero/main.py``); the OSC's measured grip-site speeds (``test/fixtures/robosuite_osc_gain.json``,
+  written by ``scripts/measure_osc_gain.py``); robosuite's PandaGripper: -1 opens, +1 closes.
 * SO-100/101: LeRobot ``src/lerobot/motors/motors_bus.py`` (``MotorsBus._normalize``, ``_unnormalize``), STS3215
   resolution 4096 (``motors/feetech/tables.py``); recorded at 30 fps (``lerobot-record``'s default); the policy's
   action queue takes a new chunk when its ``n_action_steps`` actions ran (``select_action``).
@@ -61,7 +61,13 @@ def aloha_step(action: np.ndarray) -> dict[str, np.ndarray]:
             "right_arm": action[7:13], "right_gripper": puppet_gripper_joint_unnormalize(action[13:14])}  # fmt: skip
 
 
-ALOHA_JOINT_STATE_TOPICS = ("/puppet_left/joint_states", "/puppet_right/joint_states")
+# The Interbotix driver (xs_sdk) of each puppet, as Trossen's ROS 2 ALOHA launches it (InterbotixManipulatorXS with
+# robot_name follower_left / follower_right, group_name arm, gripper_name gripper): JointGroupCommand (string name,
+# float32[] cmd) on <robot>/commands/joint_group, JointSingleCommand (string name, float32 cmd) on
+# <robot>/commands/joint_single, joint states on <robot>/joint_states (interbotix_ros_core interbotix_xs_msgs).
+ALOHA_ROBOTS = ("follower_left", "follower_right")
+ALOHA_ARM_GROUP, ALOHA_GRIPPER_JOINT = "arm", "gripper"
+ALOHA_JOINT_STATE_TOPICS = tuple(f"/{r}/joint_states" for r in ALOHA_ROBOTS)
 ALOHA_RESET_POSE = (0.0, -1.5, 1.5, 0.0, 0.0, 0.0)
 
 
@@ -104,6 +110,21 @@ def droid_gripper_position(width: float) -> float:
 
 
 PANDA_MAX_JOINT_VELOCITY = np.array([2.175] * 4 + [2.61] * 3)  # rad/s
+FR3_MAX_JOINT_VELOCITY = np.array([2.62, 2.62, 2.62, 2.62, 5.26, 4.18, 5.26])  # rad/s, Franka's FR3 datasheet, joints 1-7
+
+# DROID's gripper command (franka/robot.py update_gripper: goto(width, speed=0.05, force=0.1)) through polymetis'
+# Robotiq 2F driver (robotiq_2f_gripper.py goto): the registers written.
+DROID_GRIPPER_SPEED, DROID_GRIPPER_FORCE = 0.05, 0.1
+
+
+def polymetis_robotiq_registers(speed: float, force: float) -> tuple[int, int]:
+    """polymetis Robotiq2FingerGripper.goto: rSP = int(clip(255 / (0.1 - 0.013) * vel - 0.013)), rFR = int(clip(255 / 100 * force))."""
+    return (int(np.clip(255.0 / (0.1 - 0.013) * speed - 0.013, 0, 255)), int(np.clip(255.0 / 100.0 * force, 0, 255)))
+
+
+def ros2_robotiq_register(multiplier: float) -> int:
+    """ros2_robotiq_gripper's DefaultDriverFactory: set_speed / set_force(multiplier clamped to [0, 1] x 0xFF), a uint8."""
+    return int(min(1.0, max(0.0, multiplier)) * 0xFF)
 ROBOTIQ_KNUCKLE_CLOSED = 0.7929  # rad, ros2_robotiq_gripper's gripper_closed_position default
 
 
@@ -116,13 +137,14 @@ def robotiq_knuckle(width: float) -> float:
 OSC_OUTPUT_MAX = np.array([0.05, 0.05, 0.05, 0.5, 0.5, 0.5])  # OSC_POSE default output_max (output_min = -max)
 
 
-OSC_FIXTURE = Path(__file__).resolve().parent / "fixtures" / "robosuite_osc_step.json"
+OSC_FIXTURE = Path(__file__).resolve().parent / "fixtures" / "robosuite_osc_gain.json"
 PANDA_FINGER_OPEN, PANDA_FINGER_CLOSED = 0.04, 0.0  # panda_finger_joint1 (m)
 
 
-def osc_measured() -> dict:
-    """robosuite's OSC_POSE measured in MuJoCo: per kind (translation, rotation) the motion per control step."""
-    return json.loads(OSC_FIXTURE.read_text())
+def osc_cases() -> list[tuple[np.ndarray, np.ndarray]]:
+    """robosuite's OSC_POSE measured in MuJoCo: (delta action [6], the grip site's steady twist [6]: m/s, rad/s)."""
+    data = json.loads(OSC_FIXTURE.read_text())
+    return [(np.array(c["action"]), np.array(c["linear_m_s"] + c["angular_rad_s"])) for c in data["cases"]]
 
 
 def robosuite_finger(gripper_action: float) -> float:

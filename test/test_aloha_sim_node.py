@@ -1,7 +1,8 @@
 """The MuJoCo ALOHA behind ROS, over real DDS on loopback: ``oxygen_sim_node`` (backend aloha) at the real
 robot's topics and units in lockstep with its policy; the scripted expert through ``config/robots/aloha.yaml``'s
-output path into the arm, and the same with a conversion broken on purpose; ``oxygen_node`` with an
-ALOHA-shaped small π0.5 closing the loop without a late chunk in sim time."""
+output path (the Interbotix driver's messages, checked as xs_sdk checks them) and through the ros2_control form
+into the arm, and the same with a conversion broken on purpose; the simulated xs_sdk refusing what the driver
+refuses; ``oxygen_node`` with an ALOHA-shaped small π0.5 closing the loop without a late chunk in sim time."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ from oxygen_ros.sim.aloha.checkpoint import write_small_checkpoint  # noqa: E402
 from ros_helpers import Collector, NodeProcess, make_test_node, spin_for, spin_until, wait_for_match  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-ALOHA_YAML = REPO / "config" / "robots" / "aloha.yaml"
+ALOHA_YAML = REPO / "config" / "robots" / "aloha.yaml"  # the Interbotix driver's interface
+ROS2_CONTROL_YAML = REPO / "config" / "robots" / "aloha_ros2_control.yaml"
 RELIABLE = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
 # The expert transfers the cube at step 220; 240 steps bound the runs that fail.
 STEPS = 240
@@ -139,24 +141,70 @@ BROKEN = {
 }
 
 
-@pytest.mark.parametrize("broken", [None, *BROKEN])
+@pytest.mark.parametrize("broken", [None, "ros2_control", *BROKEN])
 def test_expert_through_aloha_yaml_transfers_the_cube_and_a_broken_conversion_does_not(tmp_path, broken: str | None) -> None:
     """The expert's actions as model outputs (openpi ALOHA space) through the node's adapter, the config's
-    conversions and controllers over DDS into the MuJoCo arms: the cube is transferred; with a joint sign or
-    the gripper broken in the config it is not."""
-    params = ALOHA_YAML if broken is None else _config(tmp_path, BROKEN[broken])
+    conversions and outputs over DDS into the MuJoCo arms: the cube is transferred through aloha.yaml's Interbotix
+    topics (the simulated xs_sdk accepts every command of the episode: group and joint names, six values, inside the
+    joint limits) and through the ros2_control form; with a joint sign or the gripper broken in the config it is not."""
+    params = {None: ALOHA_YAML, "ros2_control": ROS2_CONTROL_YAML}.get(broken) or _config(tmp_path, BROKEN[broken])
     result, expert = through_outputs(params, [3], tmp_path / "work", image_size=(32, 32), fast_render=True,
                                      episode_steps=STEPS, timeout_s=600)  # fmt: skip
     (episode,) = result.episodes
     s = result.sim_stats
     assert s["timeouts"] == 0 and expert.chunks == s["answers"] == s["queries"] > 0
     # An observation reaches the node 20 ms of wall time before the clock tick that makes it due; on a loaded
-    # machine the node may tick before it arrived and answer from the one before: seen, counted, rare.
-    assert expert.stale_frames == s["stale_answers"] <= s["queries"] // 4
-    if broken is None:
+    # machine the node may tick before it arrived and answer from the one before: seen, counted, rare (a trajectory
+    # carries its observation's stamp; a streamed Interbotix command does not, so only the node counts those).
+    assert expert.stale_frames <= s["queries"] // 4
+    if broken == "ros2_control":
+        assert expert.stale_frames == s["stale_answers"] and s["xs_commands"] == 0
+    else:  # xs_sdk's topics: one arm and one gripper command per step and puppet, none refused
+        assert s["xs_refused"] == 0 and s["xs_commands"] >= 4 * episode["steps"], s
+    if broken in (None, "ros2_control"):
         assert episode["success"] and episode["success_step"] < STEPS, episode
     else:
         assert not episode["success"], (broken, episode)
+
+
+def test_simulated_xs_sdk_refuses_what_the_driver_refuses(ros_context) -> None:
+    """The MuJoCo ALOHA on xs_sdk's topics (interbotix_robots) takes JointGroupCommand / JointSingleCommand as the
+    driver does: another group or joint name, another count of values, a position outside the joint limits (after
+    arm.py's 3-decimal truncation) or a non-finite value are refused outright and counted; a good command is not."""
+    from interbotix_xs_msgs.msg import JointGroupCommand, JointSingleCommand
+    from rclpy.parameter import Parameter
+
+    from oxygen_ros.sim_ros.aloha_sim_node import AlohaSimNode
+
+    robots = ["follower_left", "follower_right"]
+    sim = AlohaSimNode(parameter_overrides=[Parameter("interbotix_robots", value=robots), Parameter("episodes", value=1)])
+    node, executor = make_test_node("xs_sdk_commander")
+    executor.add_node(sim)
+    try:
+        group = node.create_publisher(JointGroupCommand, "/follower_left/commands/joint_group", RELIABLE)
+        single = node.create_publisher(JointSingleCommand, "/follower_right/commands/joint_single", RELIABLE)
+        states = Collector(node, JointState, "/follower_right/joint_states", qos_profile_sensor_data)
+        assert wait_for_match(executor, [group, single], timeout=30)
+        good = [0.0, -0.96, 1.16, 0.0, -0.3, 0.0]
+        shoulder_edge = [0.0, 1.2566999, 1.16, 0.0, -0.3, 0.0]  # truncated to 1.256: inside 1.25664, as arm.py takes it
+        refused = [("arms", good), ("arm", good[:5]), ("arm", [0.0, 1.2576, 1.16, 0.0, -0.3, 0.0]),
+                   ("arm", [0.0, -0.96, -1.77, 0.0, -0.3, 0.0]), ("arm", [float("nan")] * 6)]  # fmt: skip
+        for name, cmd in [("arm", good), ("arm", shoulder_edge), *refused]:
+            group.publish(JointGroupCommand(name=name, cmd=cmd))
+        single.publish(JointSingleCommand(name="gripper", cmd=0.3))
+        single.publish(JointSingleCommand(name="left_finger", cmd=0.3))
+        assert spin_until(executor, lambda: sim.stats["xs_commands"] == 9, timeout=30), sim.stats
+        assert sim.stats["xs_refused"] == len(refused) + 1
+        accepted = {kind: [c for k, _, c in sim._inbox if k == kind] for kind in ("group", "gripper")}  # two topics: any order
+        assert accepted["group"] == [pytest.approx(good, abs=1e-6), pytest.approx(shoulder_edge, abs=1e-6)]  # float32 cmd
+        assert accepted["gripper"] == [[pytest.approx(0.3, abs=1e-6)]]
+        sim._publish_observation(0, images=False)  # each robot's joint states on its own topic, names unprefixed
+        assert spin_until(executor, lambda: len(states) >= 1, timeout=30)
+        assert list(states.messages[-1].name) == [*units.ARM_JOINTS, "gripper", "left_finger", "right_finger"]
+    finally:
+        executor.shutdown()
+        sim.destroy_node()
+        node.destroy_node()
 
 
 def test_oxygen_node_with_aloha_yaml_and_a_small_pi05_closes_the_loop(tmp_path) -> None:

@@ -111,3 +111,17 @@ def test_a_position_output_of_a_state_joint_must_convert_as_the_state_does() -> 
     # A velocity output of the same joint is another unit: no check.
     assert S.validate_values({**base, "output_conversions": ["identity", "identity"],
                               "output_interfaces": ["velocity", "position"]}) == []  # fmt: skip
+
+
+def test_piecewise_curve_both_ways_and_its_refusals() -> None:
+    """A measured curve: straight lines between the points, the end slopes beyond them, and back again."""
+    curve = parse_conversions("piecewise(-1, -2, 0, 0, 0.5, 1.5, 1, 2) clip(-1, 1)", "k")
+    model = np.array([[-1.5], [-0.5], [0.25], [0.75], [2.0]])
+    assert curve.to_robot(model)[:, 0] == pytest.approx([-2.0, -1.0, 0.75, 1.75, 2.0])  # clipped to [-1, 1] first
+    unclipped = parse_conversions("piecewise(0, 0, 1, 2, 2, 3)", "k")
+    assert unclipped.to_robot(np.array([[3.0], [-1.0]]))[:, 0] == pytest.approx([4.0, -2.0])  # end slopes
+    assert unclipped.to_model(np.array([[1.0], [2.5], [4.0]]))[:, 0] == pytest.approx([0.5, 1.5, 3.0])
+    for text, message in (("piecewise(0, 0, 1)", "pairs"), ("piecewise(0, 0)", "pairs"),
+                          ("piecewise(0, 0, 0, 1)", "strictly increase"), ("piecewise(0, 1, 1, 0)", "strictly increase")):
+        with pytest.raises(ConversionError, match=message):
+            parse_conversions(text, "k")

@@ -198,3 +198,33 @@ def test_ask_action_is_built_from_the_repository_definition():
     assert (goal.question, goal.max_tokens) == ("q", 3)
     assert {"answer", "finish_reason", "message", "frame_stamp", "frame_seq", "request_id"} <= set(result.get_fields_and_field_types())
     assert {"text", "token_ids", "seq"} <= set(feedback.get_fields_and_field_types())
+
+
+def test_interbotix_commands_have_the_drivers_fields_and_go_through_a_bag(tmp_path: Path) -> None:
+    """interbotix_xs_msgs as built into the venv: JointGroupCommand (string name, float32[] cmd) and
+    JointSingleCommand (string name, float32 cmd), as interbotix_ros_core defines them; the replay writes both to a
+    bag without rclpy's help and reads them back as the output's command timeline."""
+    from interbotix_xs_msgs.msg import JointGroupCommand, JointSingleCommand
+
+    from oxygen_ros.interface.interbotix import interbotix_msg
+    from oxygen_ros.replay.bagio import JOINT_GROUP, JOINT_SINGLE, BagReader, BagWriter
+    from oxygen_ros.replay.recorded import command_timeline
+    from oxygen_ros.runtime.outputs import OutputSpec
+
+    assert JointGroupCommand.get_fields_and_field_types() == {"name": "string", "cmd": "sequence<float>"}
+    assert JointSingleCommand.get_fields_and_field_types() == {"name": "string", "cmd": "float"}
+    arm = OutputSpec("left_arm", "joint_group", "/follower_left/commands/joint_group", tuple(range(6)), tuple("abcdef"), group="arm")
+    grip = OutputSpec("left_gripper", "joint_single", "/follower_left/commands/joint_single", (6,), ("g",), group="gripper")
+    rows = np.array([[0.1, -0.96, 1.16, 0.0, -0.3, 0.25], [0.2, -0.9, 1.1, 0.05, -0.25, 0.3]])
+    with BagWriter(tmp_path / "xs.mcap") as writer:
+        for k, row in enumerate(rows):
+            writer.write(arm.topic, JOINT_GROUP, (k + 1) * 20_000_000, interbotix_msg("joint_group", "arm", row))
+            writer.write(grip.topic, JOINT_SINGLE, (k + 1) * 20_000_000, interbotix_msg("joint_single", "gripper", row[-1:]))
+    with BagReader(tmp_path / "xs.mcap") as reader:
+        got = {t: [(m.timestamp_ns, reader.deserialize(m)) for m in reader.messages([t])] for t in (arm.topic, grip.topic)}
+    assert [m.name for _, m in got[arm.topic]] == ["arm", "arm"] and got[grip.topic][0][1].name == "gripper"
+    arm_line, grip_line = command_timeline(arm, arm.topic, got[arm.topic]), command_timeline(grip, grip.topic, got[grip.topic])
+    assert np.allclose(np.array(arm_line.values), rows, atol=1e-6)  # float32 on the wire
+    assert np.allclose(np.array(grip_line.values)[:, 0], rows[:, -1], atol=1e-6)
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        interbotix_msg("joint_group", "arm", np.array([np.nan] * 6))

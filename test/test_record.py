@@ -64,6 +64,6 @@ def test_a_node_configuration_names_its_inputs_and_outputs() -> None:
 
     topics = config_topics(str(REPO / "config" / "robots" / "aloha.yaml"), None)
     assert topics[:4] == ["/cam_high/image_raw", "/cam_left_wrist/image_raw", "/cam_right_wrist/image_raw", "/joint_states"]
-    for topic in ("/left_arm_controller/joint_trajectory", "/right_gripper_controller/commands", "/oxygen_node/action_chunk",
-                  "/oxygen_node/instruction"):  # fmt: skip
+    for topic in ("/follower_left/commands/joint_group", "/follower_right/commands/joint_single", "/follower_left/joint_states",
+                  "/oxygen_node/action_chunk", "/oxygen_node/instruction"):  # fmt: skip
         assert topic in topics

@@ -71,9 +71,19 @@ def test_each_episode_is_judged_on_its_own_with_its_own_ticks(env: SimpleNamespa
     for ep in episodes:  # the node's own commands, in each episode: exact again (grid and noise restart)
         assert set(ep["executed_mae"].values()) == {0.0}, ep
     assert math.isclose(episodes[1]["start_s"], second / NS, abs_tol=1e-6)
-    out = capsys.readouterr  # noqa: F841 - the table was printed by run_eval
+    assert not any("outside" in w for w in summary["warnings"])  # 70 ms between the episodes: less than a tick
     ticks = (bag.parent / f"{bag.stem}_good_eval" / "ticks.csv").read_text().splitlines()
     assert ticks[1].startswith("0,0,") and any(row.startswith("1,0,") for row in ticks)  # episode 1 starts at tick 0
+
+
+def test_time_outside_the_episode_events_is_said(env: SimpleNamespace, capsys: pytest.CaptureFixture[str]) -> None:
+    length = _duration_ns(env.bag)
+    bag = _copies(env.bag, env.dir / "events_apart.mcap", [0, length + 1_500_000_000], events=True)
+    code, summary, err = run_eval(capsys, bag, env.good)
+    assert code == 0, err
+    assert [e["chunks"] for e in summary["episodes"]] == [14, 14]
+    outside = [w for w in summary["warnings"] if "outside its 2 episodes" in w]
+    assert len(outside) == 1 and outside[0].startswith("1.50 s of the bag"), summary["warnings"]
 
 
 def test_a_pause_is_not_interpolated_across(env: SimpleNamespace, capsys: pytest.CaptureFixture[str]) -> None:
@@ -169,3 +179,39 @@ def test_a_bag_that_cannot_be_judged_is_refused_before_the_model_loads(env: Simp
     assert code == 2 and "camera topic /camera/wrist/image_raw is not in the bag" in err, err
     code, _, err = run_eval(capsys, env.bag, unloadable)  # the same model on a good bag: the model's error
     assert code == 2 and "camera topic" not in err and str(broken_model) in err, err
+
+
+def test_episode_events_back_to_back_bound_each_episode() -> None:
+    from oxygen_ros.replay.episodes import from_events, from_gaps, tick_instants
+
+    # the simulator's recorder: an episode's end and the next one's start at the same instant
+    episodes = from_events([0, 8 * NS, 16 * NS], [8 * NS, 16 * NS, 24 * NS], 24 * NS)
+    assert [(e.start_ns, e.end_ns) for e in episodes] == [(0, 8 * NS), (8 * NS, 16 * NS), (16 * NS, 24 * NS)]
+    assert [(e.start_ns, e.end_ns) for e in from_events([0, 5 * NS], [], 9 * NS)] == [(0, 5 * NS), (5 * NS, 9 * NS)]
+    paused = from_gaps([0, NS // 2, NS, 3 * NS, 3 * NS + NS // 2], 1.0, 0, 4 * NS, 0)
+    assert [(e.start_ns, e.end_ns, e.source) for e in paused] == [(0, NS, "gap"), (3 * NS, 3 * NS + NS // 2, "gap")]
+    assert from_gaps([0, NS // 2, NS], 1.0, -5, 2 * NS, 0)[0].source == "bag"
+    ticks = tick_instants(paused, NS // 2, 2.0)
+    assert ticks == [(0, 0), (0, NS // 2), (0, NS), (1, 3 * NS), (1, 3 * NS + NS // 2)]
+
+
+def test_a_truncated_bag_is_judged_up_to_the_damage_with_its_own_exit_code(env: SimpleNamespace,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    import numpy as np
+
+    def big_images(topic: str, msgtype: str, at: int, msg: Any) -> list:
+        if msgtype == IMAGE:  # ~100 kB frames: the bag spans several 1 MiB MCAP chunks, so a cut leaves whole ones
+            rgb = np.random.default_rng(at % 2**32).integers(0, 255, (160, 220, 3), dtype=np.uint8)
+            msg.height, msg.width, msg.step, msg.data = 160, 220, 660, rgb.reshape(-1)
+        return keep(topic, msgtype, at, msg)
+
+    twice = _copies(env.bag, env.dir / "twice.mcap", [0, _duration_ns(env.bag) + 200_000_000])  # 5.4 s, one episode
+    big = rewrite(twice, env.dir / "big.mcap", big_images)
+    cut = env.dir / "cut.mcap"
+    data = big.read_bytes()
+    cut.write_bytes(data[: int(len(data) * 0.9)])
+    code, summary, err = run_eval(capsys, cut, env.good, "--max-mae", "100")
+    assert code == 3 and summary["exit_code"] == 3 and summary["damage"]["truncated"], err
+    assert 14 < summary["chunks"] < 28 and len(summary["episodes"]) == 1
+    note = [line for line in err.splitlines() if "damaged bag" in line]
+    assert len(note) == 1 and "truncated: read up to the damage" in note[0]

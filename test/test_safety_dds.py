@@ -35,6 +35,7 @@ from trajectory_msgs.msg import JointTrajectory
 from layouts import REF_TINY, lerobot_folder, openpi_converted, openpi_norm_stats, random_model, stats_arrays
 from oxygen_ros.interface import settings as S
 from oxygen_ros.interface.convert import array_to_image, ns_to_stamp, stamp_to_ns
+from oxygen_ros.ros.controller_outputs import msg_type as controller_msg_type
 from oxygen_ros.ros.node import OxygenNode
 from oxygen_ros.ros.safety_port import LATCHED
 from oxygen_ros.runtime import PolicyRuntime
@@ -294,7 +295,7 @@ def checker(driver: Any, s: S.NodeSettings, robot: Robot, out: Checked, late: La
                     bad(f"twist {v} beyond its speeds")
                 hold = not np.any(v)
             else:
-                v = np.array(msg.data)
+                v = np.atleast_1d(np.array(msg.cmd if spec.type in ("joint_group", "joint_single") else msg.data, dtype=np.float64))
                 if not np.all(np.isfinite(v)):
                     return bad("non-finite command")
                 dt = t - last["t"] if "t" in last else math.inf
@@ -322,7 +323,7 @@ def checker(driver: Any, s: S.NodeSettings, robot: Robot, out: Checked, late: La
                 last["v"], last["t"] = v, t
             (out.holds if hold else out.moving).append((spec.name, t))
 
-        msg_type = {"joint_trajectory": JointTrajectory, "twist": TwistStamped}.get(spec.type, Float64MultiArray)
+        msg_type = controller_msg_type(spec.type)
         subs.append(driver.create_subscription(msg_type, spec.topic, on_msg, RELIABLE))
     return subs
 

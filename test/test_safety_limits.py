@@ -187,3 +187,21 @@ def test_resuming_blends_a_trajectory_from_the_measured_position() -> None:
     assert out.positions[:, 0] == pytest.approx([0.25, 0.5, 0.75, 1.0])
     again = guard.trajectory(spec, timed, 0)  # not resuming any more, no limits: as it is
     assert again is timed
+
+
+def test_a_streamed_position_never_steps_beyond_max_velocity_when_the_measurement_lags() -> None:
+    """The distance from a measurement that lags the commands (a busy joint-state path) is shortened before the step
+    from the last command: every step stays within max_velocity · dt, and the command moves towards the measured
+    joints' neighbourhood (shortening the distance last pulled all joints at once, steps of twice the limit)."""
+    spec = OutputSpec("arm", "joint_group", "/robot/commands/joint_group", tuple(range(3)), ("a", "b", "c"), group="arm")
+    limits = OutputLimits("arm", spec.joints, (math.pi,) * 3, (0.5,) * 3, (-3.0,) * 3, (3.0,) * 3)
+    guard = SafetyGuard([spec], {"arm": limits}, 0.02, 0.0)
+    rng = np.random.default_rng(0)
+    sent = [np.zeros(3)] * 30
+    t = 0
+    for _ in range(3000):
+        t += 20_000_000
+        guard.measured.put(list(spec.joints), sent[-30], t)  # the joints as they were 30 commands ago
+        sent.append(guard.stream(spec, sent[-1] + rng.uniform(-1, 1, 3), t))
+    steps = np.abs(np.diff(np.array(sent[30:]), axis=0))
+    assert steps.max() <= math.pi * 0.02 + 1e-12

@@ -72,3 +72,18 @@ def test_aloha_expert_bag_units_and_compressed_cameras(tmp_path: Path) -> None:
         assert topics[topic] == (IMAGE, 12) and png_topics[topic] == (COMPRESSED_IMAGE, 12)
         first_raw, first_png = image_to_array(messages[topic][0][1]), compressed_image_to_array(png_messages[topic][0][1])
         assert first_raw.shape == (24, 32, 3) and np.array_equal(first_raw, first_png)  # png: the same pixels
+
+
+def test_aloha_whole_episodes_go_on_past_the_hand_over(tmp_path: Path) -> None:
+    from aloha_available import require_aloha
+
+    require_aloha()
+    from oxygen_ros.replay.expert_bags.aloha import AlohaBagSpec, record_expert_bag
+
+    steps = 300  # the expert hands over near step 220 of seed 12345
+    ends = record_expert_bag(tmp_path / "ends.mcap", AlohaBagSpec([12345], image_size=(8, 8), episode_steps=steps))
+    whole = record_expert_bag(tmp_path / "whole.mcap", AlohaBagSpec([12345], image_size=(8, 8), episode_steps=steps,
+                                                                    whole_episodes=True))  # fmt: skip
+    assert ends["episodes"][0]["success"] and ends["episodes"][0]["steps"] < steps  # ends at the hand-over
+    assert whole["episodes"] == [{"seed": 12345, "success": True, "steps": steps}]
+    assert read(tmp_path / "whole.mcap")[0]["/joint_states"][1] == steps

@@ -14,7 +14,8 @@ Text, one entry per dimension, entries separated by ``;``::
                                      after a joint state is converted)
     6x identity                      six dimensions with the same conversion
 
-Named converters (``CONVERTERS``): ``aloha_gripper_joint``, ``aloha_gripper_position`` (``aloha.py``);
+Named converters (``CONVERTERS``): ``piecewise(x0, y0, x1, y1, ...)``, a measured curve (``piecewise.py``);
+``aloha_gripper_joint``, ``aloha_gripper_position`` (``aloha.py``);
 ``lerobot_degrees``, ``lerobot_range_m100_100``, ``lerobot_range_0_100`` (``units.py``); ``robotiq_knuckle``
 (``robotiq.py``).
 
@@ -33,6 +34,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import aloha, robotiq, units
+from .piecewise import piecewise_converter
 
 PLACEHOLDER = "FILL_IN"
 Fn = units.Fn
@@ -49,6 +51,7 @@ class Converter:
     args: tuple[str, ...]
     make: Callable[[Sequence[float]], tuple[Fn, Fn]]
     doc: str
+    variadic: bool = False  # any number of arguments (``make`` checks them)
 
 
 def _identity(args: Sequence[float]) -> tuple[Fn, Fn]:
@@ -65,6 +68,8 @@ def _linear(args: Sequence[float]) -> tuple[Fn, Fn]:
 CONVERTERS: dict[str, Converter] = {
     "identity": Converter((), _identity, "robot = model"),
     "linear": Converter(("scale", "offset"), _linear, "robot = scale · model + offset"),
+    "piecewise": Converter(("x0", "y0", "x1", "y1", "..."), piecewise_converter,
+                           "straight lines through the points (model x, robot y), both increasing", variadic=True),
     "aloha_gripper_joint": Converter((), aloha.gripper_joint_converter,
                                      "ALOHA normalized gripper (0 closed, 1 open) ↔ puppet gripper joint (rad)"),
     "aloha_gripper_position": Converter((), aloha.gripper_position_converter,
@@ -145,7 +150,7 @@ def parse_conversions(text: str, key: str) -> Conversions:
         if converter is None:
             raise ConversionError(f"{key}: unknown converter {name!r}; known: {sorted(CONVERTERS)}")
         args = _numbers(args_text, key, entry)
-        if len(args) != len(converter.args):
+        if len(args) != len(converter.args) and not converter.variadic:
             raise ConversionError(f"{key}: {name} takes {len(converter.args)} arguments ({', '.join(converter.args) or 'none'}), "
                                   f"got {len(args)} in {entry!r}")  # fmt: skip
         low, high = -math.inf, math.inf

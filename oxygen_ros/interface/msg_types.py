@@ -1,4 +1,5 @@
-"""A `rosbags` type store that knows the oxygen_ros_msgs types, for reading and writing bags
+"""A `rosbags` type store that knows the oxygen_ros_msgs types and the Interbotix arm driver's two command
+messages (interbotix_xs_msgs, the ALOHA's joint_group / joint_single outputs), for reading and writing bags
 without rclpy.
 
 The .msg definitions are read from the installed interface package (`share/oxygen_ros_msgs/msg`
@@ -50,21 +51,37 @@ def default_store() -> Stores:
     return Stores.LATEST
 
 
-def oxygen_types(msg_dir: str | Path | None = None) -> dict:
-    """rosbags type definitions of the oxygen_ros_msgs messages, keyed 'oxygen_ros_msgs/msg/<Name>'."""
-    folder = Path(msg_dir) if msg_dir is not None else find_msg_dir()
+def _types_from(folder: Path, package: str, names: tuple[str, ...]) -> dict:
+    """rosbags type definitions of ``package``'s messages ``names`` from their .msg files in ``folder``."""
     types: dict = {}
-    for name in MSG_NAMES:
+    for name in names:
         path = folder / f"{name}.msg"
         if not path.is_file():
             raise FileNotFoundError(f"message definition {path} does not exist")
-        types.update(get_types_from_msg(path.read_text(), f"{PACKAGE}/msg/{name}"))
+        types.update(get_types_from_msg(path.read_text(), f"{package}/msg/{name}"))
     return types
+
+
+def oxygen_types(msg_dir: str | Path | None = None) -> dict:
+    """rosbags type definitions of the oxygen_ros_msgs messages, keyed 'oxygen_ros_msgs/msg/<Name>'."""
+    return _types_from(Path(msg_dir) if msg_dir is not None else find_msg_dir(), PACKAGE, MSG_NAMES)
+
+
+INTERBOTIX_PACKAGE = "interbotix_xs_msgs"
+INTERBOTIX_MSG_NAMES = ("JointGroupCommand", "JointSingleCommand")
+
+
+def interbotix_types() -> dict:
+    """rosbags type definitions of interbotix_xs_msgs' JointGroupCommand and JointSingleCommand, from the
+    repository's interface package (the same .msg files the venv's package is built from)."""
+    folder = Path(__file__).resolve().parents[2] / "interfaces" / INTERBOTIX_PACKAGE / "msg"
+    return _types_from(folder, INTERBOTIX_PACKAGE, INTERBOTIX_MSG_NAMES)
 
 
 def oxygen_typestore(msg_dir: str | Path | None = None, store: Stores | None = None) -> Typestore:
     """A fresh rosbags Typestore: the standard ROS 2 types (Kilted's, see `default_store`) plus
-    oxygen_ros_msgs/msg/ActionChunk and oxygen_ros_msgs/msg/TextDelta."""
+    oxygen_ros_msgs/msg/ActionChunk, oxygen_ros_msgs/msg/TextDelta and interbotix_xs_msgs' two commands."""
     typestore = get_typestore(store if store is not None else default_store())
     typestore.register(oxygen_types(msg_dir))
+    typestore.register(interbotix_types())
     return typestore

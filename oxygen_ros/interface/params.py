@@ -243,7 +243,8 @@ PARAMS: tuple[ParamSpec, ...] = (
     # One entry per output (ROS parameters cannot hold lists of mappings); empty output_types = the single
     # JointTrajectory above. See oxygen_ros/runtime/outputs.py and docs/wiring.md (Outputs: one controller each).
     ParamSpec("output_types", "str[]", [],
-              "One per output: joint_trajectory (JTC), float64_array (forward_command_controller) or twist (MoveIt "
+              "One per output: joint_trajectory (JTC), float64_array (forward_command_controller), joint_group / "
+              "joint_single (the Interbotix X-series driver's JointGroupCommand / JointSingleCommand) or twist (MoveIt "
               "Servo). Empty = one JointTrajectory of joint_names on trajectory_topic."),
     ParamSpec("output_names", "str[]", [], "One name per output (logs, diagnostics)."),
     ParamSpec("output_topics", "str[]", [], "One command topic per output, e.g. left_arm_controller/joint_trajectory."),
@@ -255,6 +256,13 @@ PARAMS: tuple[ParamSpec, ...] = (
               "position or velocity per output (joint_trajectory points, float64_array: a velocity output sends "
               "zeros when its chunk ends), or position_step (float64_array: each command is the joints' measured "
               "positions plus the values, a target one step ahead); empty = position."),
+    ParamSpec("output_groups", "str[]", [],
+              "Per output: joint_group: the driver's joint group (e.g. arm); joint_single: the driver's joint (e.g. "
+              "gripper); '' for the others; empty = none."),
+    ParamSpec("output_scale_together", "str[]", [],
+              "Per output '' or one bound per dim in the controller's units ('4x 2.175; 3x 2.61'): after the "
+              "conversions, values beyond a bound scale the whole command down together so the largest is at its "
+              "bound (the direction kept, as DROID scales a joint velocity); empty = none."),
     ParamSpec("output_frames", "str[]", [], "twist outputs: header.frame_id (e.g. the end effector's link)."),
     ParamSpec("output_scales", "float[]", [], "twist outputs: every component times this; empty = 1."),
     ParamSpec("output_binarize", "str[]", [],

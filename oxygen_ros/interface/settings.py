@@ -295,7 +295,8 @@ def outputs_of(v: Mapping[str, Any]) -> tuple[tuple[OutputSpec, ...], bool]:
         specs = build_outputs(
             list(v["output_names"]), types, list(v["output_topics"]), list(v["output_dims"]), list(v["output_joints"]),
             list(v["output_interfaces"]), list(v["output_frames"]), list(v["output_scales"]), list(v["output_binarize"]),
-            list(v["output_conversions"]),
+            list(v["output_conversions"]), groups=list(v.get("output_groups") or []),
+            together=list(v.get("output_scale_together") or []),
         )  # fmt: skip
         return tuple(specs), True
     joints = tuple(v["joint_names"])

@@ -38,6 +38,8 @@ JOINT_TRAJECTORY = "trajectory_msgs/msg/JointTrajectory"
 ACTION_CHUNK = "oxygen_ros_msgs/msg/ActionChunk"
 TEXT_DELTA = "oxygen_ros_msgs/msg/TextDelta"
 FLOAT64_ARRAY = "std_msgs/msg/Float64MultiArray"
+JOINT_GROUP = "interbotix_xs_msgs/msg/JointGroupCommand"
+JOINT_SINGLE = "interbotix_xs_msgs/msg/JointSingleCommand"
 TWIST_STAMPED = "geometry_msgs/msg/TwistStamped"
 
 STORAGES = ("mcap", "sqlite3")

@@ -38,7 +38,7 @@ def from_events(starts_ns: Sequence[int], ends_ns: Sequence[int], bag_end_ns: in
     episodes = []
     for i, start in enumerate(starts):
         following = starts[i + 1] if i + 1 < len(starts) else bag_end_ns
-        end = next((e for e in ends if start <= e <= following), following)
+        end = next((e for e in ends if start < e <= following), following)  # the previous one's end may be at start
         episodes.append(Episode(i, start, end, "topic"))
     return episodes
 

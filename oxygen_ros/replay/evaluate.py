@@ -9,8 +9,12 @@ replay sends for the chunk — every stage of the node's output chain, whatever 
 it writes; the steps beyond, which no controller receives, are the chunk through the output conversions and
 limits (`oxygen_ros.runtime.command_chain`), in the units of the command topics. No rclpy.
 
-Bad input raises `EvalError` before anything is computed: a bag without the configured cameras or joints, a
-command topic of another type, a bag shorter than one chunk, joint-state stamps that jump.
+The bag is judged episode by episode (`episodes`: its episode events, else pauses in the joint states): the
+ticks, the noise, the chunk in progress and the guard restart at each episode's start, and nothing is compared
+outside a chunk's episode. The cameras' stamps are measured against the joint states' (`input_timing`).
+
+Bad input raises `EvalError` (`check_bag`: before the model loads): a bag without the configured cameras or
+joints, a command topic of another type, joint-state stamps that jump; then a bag shorter than one chunk.
 """
 
 from __future__ import annotations
@@ -194,7 +198,13 @@ class EvalReplay(OfflineReplay):
         """The episode events where the bag has them, else pauses in the joint states."""
         assert self.reference is not None
         if len(self.reference.episode_starts_ns):
-            return from_events(self.reference.episode_starts_ns, self.reference.episode_ends_ns, reader.end_ns)
+            episodes = from_events(self.reference.episode_starts_ns, self.reference.episode_ends_ns, reader.end_ns)
+            inside = sum(ep.end_ns - ep.start_ns for ep in episodes)
+            outside_s = (reader.end_ns - reader.start_ns - inside) / NS_PER_S
+            if outside_s > self.period_ns / NS_PER_S:  # recorded before the first start or between an end and a start
+                self.warnings.append(f"{outside_s:.2f} s of the bag lie outside its {len(episodes)} episodes (before the "
+                                     "first start event or between an end and the next start): not judged")  # fmt: skip
+            return episodes
         # the last command of an episode is for a step past its last message; states end with their messages
         step_ns = round(self.config.settings.step_period_s * NS_PER_S) if self.reference.against == "commands" else 0
         return from_gaps(np.asarray(self._joint_times), self.eval_options.episode_gap_s, reader.start_ns, reader.end_ns,

@@ -44,8 +44,8 @@ from oxygen_ros.runtime.outputs import limits_for, step_targets, stream_rows
 from oxygen_ros.runtime.safety import SafetyGuard, hold_trajectory
 
 from .bagio import (
-    ACTION_CHUNK, COMPRESSED_IMAGE, FLOAT64_ARRAY, IMAGE, JOINT_STATE, JOINT_TRAJECTORY, NS_PER_S, STRING, TEXT_DELTA,
-    TWIST_STAMPED,
+    ACTION_CHUNK, COMPRESSED_IMAGE, FLOAT64_ARRAY, IMAGE, JOINT_GROUP, JOINT_SINGLE, JOINT_STATE, JOINT_TRAJECTORY,
+    NS_PER_S, STRING, TEXT_DELTA, TWIST_STAMPED,
     BagError, BagMessage, BagReader, BagWriter, string_msg,
 )  # fmt: skip
 from .config import ReplayConfig
@@ -291,11 +291,7 @@ class OfflineReplay:
                         values = step_targets(values, self.guard.measured_of(spec))
                         if values is None:
                             continue
-                    values = self.guard.stream(spec, values, at)
-                    if spec.type == "twist":
-                        messages.append((at, spec, TWIST_STAMPED, twist_msg(values, spec.frame, at)))
-                    else:
-                        messages.append((at, spec, FLOAT64_ARRAY, float64_array_msg(values)))
+                    messages.append((at, spec, *_streamed_message(spec, self.guard.stream(spec, values, at), at)))
         self.guard.state.resumed()
         self._write_messages(writer, messages)
 
@@ -319,10 +315,8 @@ class OfflineReplay:
                 held = hold_trajectory(spec, command, s.step_period_s)
                 if held is not None:
                     messages.append((now_ns, spec, JOINT_TRAJECTORY, to_trajectory_msg(held, spec.interface)))
-            elif command is not None and spec.type == "twist":
-                messages.append((now_ns, spec, TWIST_STAMPED, twist_msg(command, spec.frame, now_ns)))
             elif command is not None:
-                messages.append((now_ns, spec, FLOAT64_ARRAY, float64_array_msg(command)))
+                messages.append((now_ns, spec, *_streamed_message(spec, command, now_ns)))
         self._write_messages(writer, messages)
 
     # ------------------------------------------------------------------------------------------ run
@@ -504,7 +498,8 @@ class OfflineReplay:
                 "layout": runtime.checkpoint_info.layout, "chunk_length": runtime.model_config.action_horizon,
                 "n_action_steps": runtime.checkpoint_info.n_action_steps, "prompt_format": runtime.prompt_format,
                 "resize_mode": runtime.resize_mode, "normalization": runtime.normalizer.describe() if runtime.normalizer else "none",
-                "camera_slots": list(runtime.image_slot_names),
+                "camera_slots": list(runtime.image_slot_names), "dtype": runtime.dtype,
+                "dtype_choice": runtime.dtype_line,
             },
             "tokens": stats.tokens_generated,
             "decode_steps": stats.decode_steps,
@@ -552,3 +547,14 @@ def default_output(bag: str | Path) -> Path:
     p = Path(bag)
     stem = p.name if p.is_dir() else p.stem
     return p.parent / f"{stem}_oxygen.mcap"
+
+
+def _streamed_message(spec: Any, values: np.ndarray, at_ns: int) -> tuple[str, Any]:
+    """A streamed output's command as the node publishes it: (bag message type, message)."""
+    if spec.type == "twist":
+        return TWIST_STAMPED, twist_msg(values, spec.frame, at_ns)
+    if spec.type in ("joint_group", "joint_single"):
+        from oxygen_ros.interface.interbotix import interbotix_msg
+
+        return (JOINT_GROUP if spec.type == "joint_group" else JOINT_SINGLE), interbotix_msg(spec.type, spec.group, values)
+    return FLOAT64_ARRAY, float64_array_msg(values)

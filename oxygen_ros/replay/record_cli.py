@@ -41,7 +41,9 @@ def config_topics(params_file: str, node: str | None) -> list[str]:
     from .config import load_replay_config
 
     cfg = load_replay_config(params_file, node=node, validate=False)
-    topics = [t for t in cfg.camera_topics if t] + [cfg.joint_state_topic, cfg.instruction_topic, cfg.action_chunk_topic]
+    topics = [t for t in cfg.camera_topics if t] + [cfg.joint_state_topic]
+    topics += [cfg.topic(source.topic) for source in cfg.settings.joint_sources]  # one per arm (ALOHA's puppets)
+    topics += [cfg.instruction_topic, cfg.action_chunk_topic]
     topics += [cfg.topic(spec.topic) for spec in cfg.settings.outputs]
     for task in cfg.runtime.tasks:
         topics += [cfg.text_topic(task.name), cfg.final_text_topic(task.name)]

@@ -30,11 +30,12 @@ from oxygen_ros.interface.convert import stamp_to_ns
 from oxygen_ros.runtime.outputs import OutputSpec
 
 from .episodes import Episode
-from .bagio import FLOAT64_ARRAY, JOINT_STATE, JOINT_TRAJECTORY, STRING, TWIST_STAMPED, BagReader
+from .bagio import FLOAT64_ARRAY, JOINT_GROUP, JOINT_SINGLE, JOINT_STATE, JOINT_TRAJECTORY, STRING, TWIST_STAMPED, BagReader
 
 HOLD_LIMIT_S = 0.1  # a streamed command older than this is not the one in force (MoveIt Servo's timeout)
 EPISODE_TOPIC = "/oxygen_sim_node/episode"
-COMMAND_TYPES = {"joint_trajectory": JOINT_TRAJECTORY, "float64_array": FLOAT64_ARRAY, "twist": TWIST_STAMPED}
+COMMAND_TYPES = {"joint_trajectory": JOINT_TRAJECTORY, "float64_array": FLOAT64_ARRAY, "joint_group": JOINT_GROUP,
+                 "joint_single": JOINT_SINGLE, "twist": TWIST_STAMPED}
 AGAINST = ("commands", "states")
 
 
@@ -160,11 +161,12 @@ def command_timeline(spec: OutputSpec, topic: str, received: list) -> Timeline:
     if not received:
         raise ReferenceError(f"output {spec.name}'s topic {topic} has no messages")
     times = np.asarray([t for t, _ in received], dtype=np.int64)
-    if spec.type == "float64_array":
-        rows = [np.asarray(m.data, dtype=np.float64) for _, m in received]
+    if spec.type in ("float64_array", "joint_group", "joint_single"):  # the values held until the next command
+        rows = [np.atleast_1d(np.asarray(m.data if spec.type == "float64_array" else m.cmd, dtype=np.float64)) for _, m in received]
         bad = {len(r) for r in rows} - {len(spec.dims)}
         if bad:
-            raise ReferenceError(f"{topic}: Float64MultiArray of {sorted(bad)} values for output {spec.name}'s {len(spec.dims)} dims")
+            raise ReferenceError(f"{topic}: {COMMAND_TYPES[spec.type].rsplit('/', 1)[-1]} of {sorted(bad)} values for output "
+                                 f"{spec.name}'s {len(spec.dims)} dims")
         return Timeline("hold", times, rows)
     if spec.type == "twist":
         rows = [np.array([m.twist.linear.x, m.twist.linear.y, m.twist.linear.z, m.twist.angular.x, m.twist.angular.y,

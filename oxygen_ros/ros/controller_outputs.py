@@ -2,7 +2,7 @@
 every command through the robot's `SafetyGuard` (oxygen_ros/runtime/safety: limits, hold, stop).
 
 joint_trajectory outputs send one JointTrajectory per chunk (timed as ``alignment`` says, then re-timed or cut
-by the guard); float64_array and twist outputs are streamed by a timer: the row of the latest chunk due now
+by the guard); float64_array, joint_group / joint_single (Interbotix) and twist outputs are streamed by a timer: the row of the latest chunk due now
 held to the limits, a twist at least every ``TWIST_REPEAT_S`` (MoveIt Servo drops commands older than ~0.1 s),
 and a zero command once when the chunk ends for velocity and twist outputs, so the robot stops instead of
 repeating its last command. A position_step output sends the joints' measured positions plus the step due now
@@ -23,6 +23,8 @@ from rclpy.qos import QoSProfile
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
+from oxygen_ros.interface.interbotix import MESSAGE_TYPES as INTERBOTIX_TYPES
+from oxygen_ros.interface.interbotix import interbotix_msg, message_type
 from oxygen_ros.interface.outputs import float64_array_msg, to_trajectory_msg, twist_msg
 from oxygen_ros.interface.settings import NodeSettings
 from oxygen_ros.runtime.alignment import align_chunk, aligned_trajectory
@@ -30,6 +32,11 @@ from oxygen_ros.runtime.outputs import TWIST_REPEAT_S, ChunkStream, OutputSpec, 
 from oxygen_ros.runtime.safety import RUN, SafetyGuard, hold_trajectory
 
 MSG_TYPES = {"joint_trajectory": JointTrajectory, "float64_array": Float64MultiArray, "twist": TwistStamped}
+
+
+def msg_type(kind: str) -> Any:
+    """An output type's message class (the Interbotix ones imported only where an output uses them)."""
+    return message_type(kind) if kind in INTERBOTIX_TYPES else MSG_TYPES[kind]
 
 
 class UnsafeChunk(ValueError):
@@ -43,7 +50,7 @@ class ControllerOutputs:
     ) -> None:  # fmt: skip
         self.node = node
         self.settings = settings
-        self.publishers = {s.name: make_publisher(MSG_TYPES[s.type], s.topic, qos) for s in settings.outputs}
+        self.publishers = {s.name: make_publisher(msg_type(s.type), s.topic, qos) for s in settings.outputs}
         self.streamed = [s for s in settings.outputs if s.streamed]
         self.stream = ChunkStream()
         self.guard = SafetyGuard(settings.outputs, settings.limits, settings.step_period_s, settings.resume_blend_s,
@@ -158,6 +165,8 @@ class ControllerOutputs:
     def _send(self, spec: OutputSpec, values: np.ndarray, now_ns: int) -> None:
         if spec.type == "twist":
             self.publishers[spec.name].publish(twist_msg(values, spec.frame, now_ns))
+        elif spec.type in INTERBOTIX_TYPES:
+            self.publishers[spec.name].publish(interbotix_msg(spec.type, spec.group, values))
         else:
             self.publishers[spec.name].publish(float64_array_msg(values))
 

@@ -33,7 +33,8 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="examples:\n" + "\n".join(line.strip() for line in __doc__.split("\n\n")[1].splitlines()))
     p.add_argument("--node", default=NODE, help="the node's full name, namespace included (default %(default)s)")
-    p.add_argument("--robot", default="", help="of a node serving several robots (its `robots` parameter): which one")
+    p.add_argument("--robot", default="", help="of a node serving several robots (its `robots` parameter): which one "
+                   "stop, resume and ask address (status shows every robot's)")
     p.add_argument("--timeout", type=float, default=DISCOVERY_TIMEOUT_S,
                    help="seconds to wait for the node to answer (default %(default)s)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")

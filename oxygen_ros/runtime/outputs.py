@@ -7,13 +7,19 @@
   at once): the action due now, streamed at the step period. With the ``position_step`` interface the values are
   steps: each command is the output joints' measured positions (the latest joint state) plus the step, a position
   target one step ahead for a position or impedance controller to chase (DROID's RobotEnv in joint_velocity mode).
+* ``joint_group`` — the Interbotix X-series driver (xs_sdk, e.g. an ALOHA puppet arm): ``JointGroupCommand``
+  (``name`` = the joint group, ``group``; ``cmd`` one position per joint of the group, rad), streamed as
+  ``float64_array``; the driver moves its servos there at once.
+* ``joint_single`` — xs_sdk's ``JointSingleCommand`` (``name`` = the joint, ``group``, e.g. ``gripper``; ``cmd``
+  one value): one dim, streamed.
 * ``twist`` — MoveIt Servo (``geometry_msgs/TwistStamped``): 6 dims (linear xyz, angular xyz) times ``scale``
   in ``frame``, streamed and stamped when sent; Servo drops commands older than ~0.1 s, so a twist is
   re-sent at least every ``TWIST_REPEAT_S`` while its chunk lasts and a zero twist stops the arm when it ends.
 
 An output's values, in order: its dims of the actions, binarized (a gripper may: values above ``threshold``
 become ``above``, the others ``below``), converted into the controller's units (``conversions``, one per dim:
-``oxygen_ros/embodiment/conversions.py``), a twist times ``scale``. Outputs are given as flat lists (one entry
+``oxygen_ros/embodiment/conversions.py``), scaled down together where one exceeds its bound (``together``:
+the direction kept, as DROID scales a joint velocity whose largest joint is beyond 1), a twist times ``scale``. Outputs are given as flat lists (one entry
 per output) because ROS parameters cannot hold lists of mappings.
 """
 
@@ -30,9 +36,10 @@ from oxygen_ros.embodiment import ConversionError, Conversions, parse_conversion
 
 from .trajectory import JointLimits
 
-OUTPUT_TYPES = ("joint_trajectory", "float64_array", "twist")
+OUTPUT_TYPES = ("joint_trajectory", "float64_array", "joint_group", "joint_single", "twist")
 INTERFACES = ("position", "velocity", "position_step")
-STREAMED = ("float64_array", "twist")
+STREAMED = ("float64_array", "joint_group", "joint_single", "twist")
+NAMED = ("joint_group", "joint_single")  # the driver's message names its group or joint (``group``)
 TWIST_DIMS = 6
 SERVO_TIMEOUT_S = 0.1  # MoveIt Servo's incoming_command_timeout default: older commands are dropped
 TWIST_REPEAT_S = SERVO_TIMEOUT_S / 2
@@ -64,6 +71,14 @@ class OutputSpec:
     scale: float = 1.0  # twist: every component times this
     binarize: Binarize | None = None
     conversions: Conversions | None = None  # model → controller units, one per dim; None: as they are
+    group: str = ""  # joint_group: the driver's joint group (e.g. arm); joint_single: the joint (e.g. gripper)
+    together: tuple[float, ...] | None = None  # per-dim bounds (robot units) the values are scaled down to as one
+
+    def _scaled_together(self, out: np.ndarray) -> np.ndarray:
+        """The whole row divided by its largest ratio to the bounds when that is above 1 (direction kept)."""
+        bounds = np.asarray(self.together, dtype=np.float64)
+        ratio = np.max(np.abs(out) / bounds, axis=-1, keepdims=True)
+        return out / np.maximum(ratio, 1.0)
 
     @property
     def streamed(self) -> bool:
@@ -81,6 +96,8 @@ class OutputSpec:
             out = self.binarize.apply(out)
         if self.conversions is not None:
             out = self.conversions.to_robot(out)
+        if self.together is not None:
+            out = self._scaled_together(out)
         if self.type == "twist":
             out = out * self.scale
         return out
@@ -118,6 +135,22 @@ def _binarize(text: str) -> Binarize | None:
     return Binarize(*values)
 
 
+def parse_bounds(text: str, n_dims: int) -> tuple[float, ...] | None:
+    """"4x 2.175; 3x 2.61" / "1, 2, 3" → one bound > 0 per dim; '' → None. ValueError says what is wrong."""
+    if not str(text).strip():
+        return None
+    bounds: list[float] = []
+    for part in (p.strip() for p in str(text).replace(";", ",").split(",")):
+        count, sep, value = part.partition("x ")
+        try:
+            bounds += [float(value)] * int(count) if sep else [float(part)]
+        except ValueError:
+            raise ValueError(f"scale_together {text!r}: {part!r} is not a number or 'Nx number'") from None
+    if len(bounds) != n_dims or not all(math.isfinite(b) and b > 0 for b in bounds):
+        raise ValueError(f"scale_together {text!r}: needs {n_dims} bounds > 0 (one per dim), got {bounds}")
+    return tuple(bounds)
+
+
 def _conversions(texts: Sequence[str], i: int, name: str, n_dims: int) -> Conversions | None:
     """Output ``i``'s conversions (None when output_conversions is not given); a count other than its dims is refused."""
     if not texts:
@@ -137,6 +170,7 @@ def build_outputs(
     names: Sequence[str], types: Sequence[str], topics: Sequence[str], dims: Sequence[str],
     joints: Sequence[str] = (), interfaces: Sequence[str] = (), frames: Sequence[str] = (),
     scales: Sequence[float] = (), binarize: Sequence[str] = (), conversions: Sequence[str] = (),
+    groups: Sequence[str] = (), together: Sequence[str] = (),
 ) -> list[OutputSpec]:  # fmt: skip
     """Outputs from parallel lists (``names``, ``types``, ``topics``, ``dims`` one entry per output; the optional
     lists empty or one entry per output). Raises OutputConfigError with one line per problem."""
@@ -146,7 +180,8 @@ def build_outputs(
                                     ("output_dims", dims, True), ("output_joints", joints, False),
                                     ("output_interfaces", interfaces, False), ("output_frames", frames, False),
                                     ("output_scales", scales, False), ("output_binarize", binarize, False),
-                                    ("output_conversions", conversions, False)):  # fmt: skip
+                                    ("output_conversions", conversions, False), ("output_groups", groups, False),
+                                    ("output_scale_together", together, False)):  # fmt: skip
         if len(values) != n and (required or values):
             problems.append(f"{label} has {len(values)} entries for {n} output_types (one per output{'' if required else ', or none'})")
     if problems:
@@ -168,7 +203,7 @@ def build_outputs(
                 name, kind, str(topics[i]), output_dims,
                 tuple(j.strip() for j in joint_text.split(",") if j.strip()), interface,
                 str(_entry(frames, i, "")), float(_entry(scales, i, 1.0)), _binarize(str(_entry(binarize, i, ""))),
-                converted,
+                converted, str(_entry(groups, i, "")).strip(), parse_bounds(str(_entry(together, i, "")), len(output_dims)),
             ))  # fmt: skip
         except ConversionError as exc:
             problems.append(str(exc))
@@ -203,6 +238,17 @@ def output_problems(specs: Sequence[OutputSpec], action_dim: int) -> list[str]:
             problems.append(f"output {s.name}: {len(s.joints)} joints for {len(s.dims)} dims (joint_trajectory needs one name per dim)")
         if s.type == "float64_array" and s.joints and len(s.joints) != len(s.dims):
             problems.append(f"output {s.name}: {len(s.joints)} joints for {len(s.dims)} dims")
+        if s.type in NAMED:
+            if not s.group:
+                problems.append(f"output {s.name}: a {s.type} names the driver's {'group' if s.type == 'joint_group' else 'joint'} "
+                                f"(output_groups), e.g. {'arm' if s.type == 'joint_group' else 'gripper'}")
+            if len(s.joints) != len(s.dims):
+                problems.append(f"output {s.name}: {len(s.joints)} joints for {len(s.dims)} dims ({s.type} needs one name per "
+                                "dim: the guard's limits and the measured joints go by them)")
+            if s.interface != "position":
+                problems.append(f"output {s.name}: a {s.type} takes positions (the driver's position mode), not {s.interface}")
+        if s.type == "joint_single" and len(s.dims) != 1:
+            problems.append(f"output {s.name}: a joint_single takes one dim, got {len(s.dims)}")
         if s.steps and (s.type != "float64_array" or len(s.joints) != len(s.dims)):
             problems.append(f"output {s.name}: position_step needs a float64_array output with one joint per dim "
                             f"(the measured joints the steps are added to)")

@@ -24,8 +24,10 @@ def reset_pose(values: Mapping[str, Any]) -> tuple[float, ...] | None:
 
 
 def reset_targets(pose: Sequence[float] | None, outputs: Sequence[OutputSpec]) -> list[tuple[OutputSpec, tuple[float, ...]]]:
-    """Each arm output the pose applies to (a position joint trajectory of as many joints) with its targets."""
+    """Each arm output the pose applies to (a position joint trajectory or Interbotix joint group of as many joints)
+    with its targets."""
     if not pose:
         return []
     return [(spec, tuple(pose)) for spec in outputs
-            if spec.type == "joint_trajectory" and spec.interface == "position" and len(spec.joints) == len(pose)]
+            if spec.type in ("joint_trajectory", "joint_group") and spec.interface == "position"
+            and len(spec.joints) == len(pose)]

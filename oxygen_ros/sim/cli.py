@@ -118,6 +118,8 @@ def _eval(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"oxygen-sim: {exc}", file=sys.stderr)
         return 2
+    if args.ray is not None:
+        return _eval_on_ray(args, config, settings, specs)
     try:
         runtime = PolicyRuntime.load(config)
     except RuntimeLoadError as exc:
@@ -130,13 +132,43 @@ def _eval(args: argparse.Namespace) -> int:
     except ValueError as exc:  # e.g. --envs with a mode that serves one robot only
         print(f"oxygen-sim: {exc}", file=sys.stderr)
         return 2
-    wall_s = time.perf_counter() - started
-    results = in_spec_order(results, specs)
-    summary = summarize(results, runtime, settings)
+    return _report(args, in_spec_order(results, specs), runtime.config, settings, time.perf_counter() - started)
+
+
+def _eval_on_ray(args: argparse.Namespace, config: RuntimeConfig, settings: EvalSettings, specs: list[EpisodeSpec]) -> int:
+    """The same evaluation as Ray tasks (``ray_eval``); exit status 1 where a task failed twice."""
+    from .ray_eval import RayEvaluation, RayOptions
+
+    if args.envs > 1 and config.engine_mode not in ("oxygen", "action_only"):
+        print(f"oxygen-sim: --envs needs engine_mode oxygen or action_only, not {config.engine_mode!r}", file=sys.stderr)
+        return 2
+    if not config.num_threads:  # the same torch thread count on every node (reductions split by thread count)
+        config = dataclasses.replace(config, num_threads=max(1, int(args.ray_cpus)))
+    options = RayOptions(args.ray, args.ray_cpus, args.ray_gpus, args.ray_shards)
+    run = RayEvaluation(config, settings, specs, args.envs, not args.any_length, options)
+    started = time.perf_counter()
+    try:
+        results = collect(run, len(specs), f"eval {config.engine_mode} on ray", args.quiet)
+    except KeyboardInterrupt:
+        print("oxygen-sim: interrupted; the Ray tasks still running were cancelled", file=sys.stderr)
+        return 130
+    for failed in run.failed:
+        print(f"oxygen-sim: a Ray task failed twice, its episodes (seeds {failed['seeds']}) not run: {failed['error']}",
+              file=sys.stderr)  # fmt: skip
+    status = _report(args, in_spec_order(results, specs), run.config, settings, time.perf_counter() - started,
+                     ray=run.summary())  # fmt: skip
+    return 1 if run.failed else status
+
+
+def _report(args: argparse.Namespace, results: list, config: RuntimeConfig, settings: EvalSettings, wall_s: float,
+            **extra: object) -> int:  # fmt: skip
+    """The summary line (and --json-out's file) of an evaluation's results."""
+    summary = summarize(results, config, settings)
     summary["seed"] = args.seed
     summary["envs"] = args.envs
     summary["wall_s"] = round(wall_s, 2)
     summary["action_batches"] = "any length" if args.any_length else "exact"
+    summary.update(extra)
     if args.json_out:
         episodes = [{
             "seed": r.spec.seed, "family": r.spec.family, "instruction": r.spec.instruction, "target": r.spec.target_name,

@@ -8,6 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
+from oxygen_ros.cluster.args import add_ray_args, ray_refusal
 from oxygen_ros.runtime.alignment import REPLAN
 
 from .cli_common import DEFAULT_PARAMS, ROOT
@@ -65,8 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--envs", type=int, default=1,
                     help="episodes run at once through one engine (their chunks batched); default 1: one by one")
     ev.add_argument("--any-length", action="store_true",
-                    help="--envs: batch every due chunk in one call (faster; equal to one by one up to float rounding, "
-                    "not bit for bit: a closed loop may then end an episode differently)")
+                    help="--envs: batch every due chunk in one call (faster). Changes the numerics: a chunk differs "
+                    "from one by one by float rounding (at most 2.4e-7 on the same observation), which the closed loop "
+                    "grows into other episodes (chunks up to 0.19 apart, other lengths, an outcome may differ; "
+                    "docs/simulator.md, scripts/any_length_numerics.py)")
+    _add_ray_args(ev)
     ev.add_argument("--json-out", help="write the summary and every episode's details here")
     ev.add_argument("--quiet", action="store_true")
     _add_aloha_args(ev, "default params file config/aloha_demo.yaml; the scene-variation flags are the table-top's")
@@ -115,6 +119,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_ray_args(parser: argparse.ArgumentParser) -> None:
+    add_ray_args(parser, "table-top: run the episodes as Ray tasks, per-episode records equal to one machine's")
+    parser.add_argument("--ray-shards", type=int, help="--ray: tasks the episodes are split into, each loading one "
+                        "engine (default: the cluster's CPUs / --ray-cpus, at most one per episode)")
+
+
+def _ray_refusal(args: argparse.Namespace) -> str | None:
+    """Why the command line's Ray options cannot run (None: they can, or there are none)."""
+    if refusal := ray_refusal(args, args.ray_shards is not None, "--ray-shards"):
+        return refusal
+    if args.ray is None:
+        return None
+    if args.env != "tabletop" or args.through_node:
+        return "--ray runs the table-top evaluation (--env tabletop); the ALOHA evaluation runs on one machine"
+    if args.ray_shards is not None and args.ray_shards < 1:
+        return "--ray-shards >= 1"
+    return None
+
+
 def _add_aloha_args(parser: argparse.ArgumentParser, note: str) -> None:
     from .aloha.cli import ENVS
 
@@ -140,5 +163,8 @@ def checked_args(argv: list[str] | None = None) -> argparse.Namespace | int:
         return 2
     if args.command == "eval" and args.questions < 0:
         print("oxygen-sim: --questions must be >= 0", file=sys.stderr)
+        return 2
+    if args.command == "eval" and (refusal := _ray_refusal(args)):
+        print(f"oxygen-sim: {refusal}", file=sys.stderr)
         return 2
     return args

@@ -23,7 +23,7 @@ import torch
 
 from oxygen_ros.engine import ASK_TASK
 from oxygen_ros.engine.types import FrameInput, TextEvent
-from oxygen_ros.runtime import InputError, PolicyRuntime, StepResult
+from oxygen_ros.runtime import InputError, PolicyRuntime, RuntimeConfig, StepResult
 from oxygen_ros.runtime.alignment import ChunkTooLate, aligned_trajectory, replan_due
 from oxygen_ros.runtime.trajectory import JointLimits
 
@@ -412,8 +412,10 @@ def _rounded(x: float | None) -> float | None:
     return None if x is None else round(x, 4)
 
 
-def summarize(results: list[EpisodeResult], runtime: PolicyRuntime, settings: EvalSettings) -> dict[str, Any]:
-    """The report: success (an absent named object: nothing lifted) beside the text accuracies, per family."""
+def summarize(results: list[EpisodeResult], runtime: PolicyRuntime | RuntimeConfig, settings: EvalSettings) -> dict[str, Any]:
+    """The report: success (an absent named object: nothing lifted) beside the text accuracies, per family.
+    ``runtime``: the runtime that ran them, or its configuration (results that came from other processes)."""
+    config = runtime if isinstance(runtime, RuntimeConfig) else runtime.config
     times = [r.time_to_success_s for r in results if r.success and r.time_to_success_s is not None]
     jumps = [j for r in results for j in r.switch_jumps]
     present = [r for r in results if not r.absent and r.spec.target_name is not None]
@@ -431,8 +433,8 @@ def summarize(results: list[EpisodeResult], runtime: PolicyRuntime, settings: Ev
         "absent": {"episodes": len(absent), "nothing_lifted": sum(r.success for r in absent)},
         "chunks": sum(r.chunks for r in results),
         "episodes": len(results),
-        "engine_mode": runtime.config.engine_mode,
-        "tokens_per_frame": runtime.config.tokens_per_frame,
+        "engine_mode": config.engine_mode,
+        "tokens_per_frame": config.tokens_per_frame,
         "latency_s": settings.latency_s,
         "blank_cameras": settings.blank_cameras,
         "mean_switch_jump_rad": float(np.mean(jumps)) if jumps else None,

@@ -54,6 +54,28 @@ def node_values(params_file: Path, overrides: Mapping[str, Any] | None = None) -
     return values
 
 
+def interbotix_params(outputs: Any) -> dict[str, Any]:
+    """The simulator's Interbotix parameters for outputs that command xs_sdk (joint_group arms and joint_single
+    grippers on /<robot>/commands/...): the robots, left then right (by their joints' left_/right_ prefix), and the
+    group and gripper names; none for ros2_control outputs."""
+    groups = [s for s in outputs if s.type == "joint_group"]
+    singles = [s for s in outputs if s.type == "joint_single"]
+    if not groups:
+        return {}
+    suffix = "/commands/joint_group"
+    robots = []
+    for side in ("left_", "right_"):
+        spec = next((s for s in groups if s.joints and s.joints[0].startswith(side)), None)
+        if spec is None or not spec.topic.endswith(suffix):
+            raise ValueError(f"the joint_group outputs must command one {side.rstrip('_')} arm each on /<robot>{suffix}")
+        robots.append(spec.topic[: -len(suffix)].lstrip("/"))
+    wrong = [s.topic for s in singles if s.topic.lstrip("/") not in (f"{r}/commands/joint_single" for r in robots)]
+    if wrong or len(singles) != 2 or len({s.group for s in groups}) != 1 or len({s.group for s in singles}) != 1:
+        raise ValueError(f"the joint_single outputs must command each robot's gripper on /<robot>/commands/joint_single, "
+                         f"one group name and one gripper name for both robots (robots {robots}, topics {wrong})")
+    return {"interbotix_robots": robots, "interbotix_arm_group": groups[0].group, "interbotix_gripper": singles[0].group}
+
+
 def query_period_steps(node: Any, dt_s: float) -> int:
     """How many simulator steps pass between two chunks of the node: its tick, or n_action_steps steps."""
     rt, s = node.runtime, node.settings
@@ -114,6 +136,7 @@ def run_loop(
         arms = policy.settings.joint_sources
         if len(arms) == 2:  # the policy reads each puppet's joint states on its own topic, as Interbotix publishes them
             sim_params["arm_joint_state_topics"] = [a.topic for a in arms]
+        sim_params.update(interbotix_params(policy.settings.outputs))
         sim = AlohaSimNode(parameter_overrides=[Parameter(k, value=v) for k, v in sim_params.items()], context=context,
                            seeds=seeds)  # fmt: skip
         nodes.append(sim)

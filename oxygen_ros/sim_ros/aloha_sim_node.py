@@ -9,12 +9,22 @@ semantics) and each gripper's ``std_msgs/Float64MultiArray`` (the gripper joint'
 Lockstep: the clock only moves when the policy has answered. Every ``query_every_steps`` steps the cameras
 are rendered and published with the joint state, then ``/clock``; the simulation waits until every arm
 topic brought a trajectory for that observation (stamped at or after it, or stamp 0 received after it), and
-while a trajectory lasts, one command per step on each gripper topic that streams. A slow policy therefore
+while a trajectory lasts, one command per step on each gripper topic that streams (not after a hold: a one-point
+trajectory on both arms, the policy's answer to a refused chunk or a stop). A slow policy therefore
 changes only the wall time. Waits are bounded by ``lockstep_timeout_s`` (then a warning, and the step runs
 on the commands it has). Episode starts and ends go out as JSON on ``~/episode``; for the transfer cube, the
 scene's truth in words (``scene_texts``: the phase, the memory note, the answers to its questions) as JSON on
 ``~/labels`` whenever it changes, stamped with the sim time it holds from, to judge a policy's texts by. With
 ``viewer_every_steps`` the cameras also go out side by side on ``viewer_topic`` that often (recordings).
+
+With ``interbotix_robots`` (e.g. ``[follower_left, follower_right]``) the arms speak the Interbotix driver's
+interface instead, as a real ALOHA's xs_sdk does (``oxygen_ros.sim.aloha.xs_sdk``): each robot takes
+``JointGroupCommand`` on ``/<robot>/commands/joint_group`` (the arm group, six positions: the actuators' target
+at once) and ``JointSingleCommand`` on ``/<robot>/commands/joint_single`` (the gripper joint's radians), refuses
+a command of another group or joint, count or out of the joint limits (counted in ``xs_refused``, the reason
+logged), and publishes ``/<robot>/joint_states`` (unprefixed names). In lockstep a query waits for a new command
+on every one of those topics; each step between queries waits for every topic that had a command in the step
+before (a streaming policy sends one per step while its chunk lasts).
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ from oxygen_ros.interface.param_spec import ConfigError, ParamSpec
 from oxygen_ros.sim.aloha import scene_texts
 from oxygen_ros.sim.aloha.driver import AlohaDriver, EpisodeRecord
 from oxygen_ros.sim.aloha.physics import CAMERAS, TASKS
+from oxygen_ros.sim.aloha.xs_sdk import CommandRefused, XsArm
 from oxygen_ros.sim.follower import TrajectoryRejected
 
 from oxygen_ros.ros.node_params import declare_parameters
@@ -80,6 +91,12 @@ ALOHA_PARAMS = (
               "/right_arm_controller/joint_trajectory"], "Each arm's JointTrajectory commands (left, right)."),
     ParamSpec("gripper_command_topics", "str[]", ["/left_gripper_controller/commands",
               "/right_gripper_controller/commands"], "Each gripper's Float64MultiArray command, in rad (left, right)."),
+    ParamSpec("interbotix_robots", "str[]", [], "The two puppets' Interbotix robot names (left, right), e.g. "
+              "[follower_left, follower_right]: the arms then take xs_sdk's JointGroupCommand / JointSingleCommand on "
+              "/<robot>/commands/joint_group and joint_single (arm_trajectory_topics and gripper_command_topics unused) "
+              "and publish /<robot>/joint_states; empty = the ros2_control topics."),
+    ParamSpec("interbotix_arm_group", "str", "arm", "The arm's joint group name in the Interbotix driver."),
+    ParamSpec("interbotix_gripper", "str", "gripper", "The gripper's joint name in the Interbotix driver."),
     ParamSpec("query_every_steps", "int", 10, "The policy's period in steps: cameras are rendered and an answer is "
               "awaited every this many steps (its replan period: n_action_steps at 50 Hz).", low=1, high=100_000),
     ParamSpec("lockstep", "bool", True, "Wait for the policy (sim time stops meanwhile); false: run at wall-clock pace."),
@@ -121,27 +138,37 @@ class AlohaSimNode(Node):
         self.on_episode_start: Callable[[EpisodeRecord], None] | None = None
         self._timeouts_explained = False
         self.stats = {"queries": 0, "answers": 0, "stale_answers": 0, "timeouts": 0, "rejected": 0, "stream_commands": 0,
-                      "render_s": 0.0, "frames": 0}  # fmt: skip
+                      "render_s": 0.0, "frames": 0, "xs_commands": 0, "xs_refused": 0}  # fmt: skip
+        self.robots = list(v["interbotix_robots"])  # Interbotix robot names (left, right); empty: ros2_control topics
+        self.xs = XsArm(v["interbotix_arm_group"], v["interbotix_gripper"])
         self._cond = threading.Condition()
         self._inbox: list[tuple[str, int, Any]] = []  # (kind, arm, command) received, applied by the loop
         self._answered_ns = [-1, -1]  # per arm: the observation stamp the latest trajectory answers
         self._arrivals = [0, 0]  # per arm: trajectories received
+        self._holding = [False, False]  # per arm: its latest trajectory is a hold (one point): no gripper stream
         self._gripper_msgs = [0, 0]  # per gripper topic: messages received
         self._grippers_at_answer = [0, 0]  # the counts when the latest trajectory arrived
         self._episode_pub = self.create_publisher(String, "~/episode", EPISODE_QOS)
         self._clock_pub = self.create_publisher(Clock, "/clock", RELIABLE)
         self._joint_pub = self.create_publisher(JointState, v["joint_state_topic"], qos_profile_sensor_data)
-        self._arm_joint_pubs = [self.create_publisher(JointState, t, qos_profile_sensor_data) for t in v["arm_joint_state_topics"]]
+        arm_state_topics = [f"/{r}/joint_states" for r in self.robots] or v["arm_joint_state_topics"]
+        self._arm_joint_pubs = [self.create_publisher(JointState, t, qos_profile_sensor_data) for t in arm_state_topics]
         self._camera_pubs = [self.create_publisher(Image, t, qos_profile_sensor_data) for t in v["camera_topics"]]
         self._instruction_pub = self.create_publisher(String, v["instruction_topic"], LATCHED)
         self._viewer_pub = self.create_publisher(Image, v["viewer_topic"], RELIABLE) if v["viewer_every_steps"] else None
         # The scene's truth in words (narration, memory note, answers), to judge the policy's texts by.
         self._labels_pub = self.create_publisher(String, "~/labels", EPISODE_QOS) if v["task"] == LABELLED_TASK else None
         self._labels: dict[str, Any] | None = None
-        for arm, topic in enumerate(v["arm_trajectory_topics"]):
-            self.create_subscription(JointTrajectory, topic, lambda m, a=arm: self._on_trajectory(a, m), RELIABLE)
-        for arm, topic in enumerate(v["gripper_command_topics"]):
-            self.create_subscription(Float64MultiArray, topic, lambda m, a=arm: self._on_gripper(a, m), RELIABLE)
+        self._stream_topics = list(v["gripper_command_topics"])  # the streamed command topics waited for
+        self._stream_msgs = [0] * 4 if self.robots else [0, 0]  # per stream topic: messages received
+        self._stream_msgs_last_step = list(self._stream_msgs)
+        if self.robots:
+            self._subscribe_interbotix()
+        else:
+            for arm, topic in enumerate(v["arm_trajectory_topics"]):
+                self.create_subscription(JointTrajectory, topic, lambda m, a=arm: self._on_trajectory(a, m), RELIABLE)
+            for arm, topic in enumerate(v["gripper_command_topics"]):
+                self.create_subscription(Float64MultiArray, topic, lambda m, a=arm: self._on_gripper(a, m), RELIABLE)
         self._stop = threading.Event()
         self._origin: float | None = None
         self._thread = threading.Thread(target=self._run, name="aloha_sim", daemon=True)
@@ -182,7 +209,45 @@ class AlohaSimNode(Node):
         with self._cond:
             self._inbox.append(("gripper", arm, list(msg.data)))
             self._gripper_msgs[arm] += 1
+            self._stream_msgs[arm] += 1
             self._cond.notify_all()
+
+    def _subscribe_interbotix(self) -> None:
+        """xs_sdk's two command topics per robot; stream topics: both joint_group topics, then both joint_single."""
+        from interbotix_xs_msgs.msg import JointGroupCommand, JointSingleCommand
+
+        self._stream_topics = [f"/{r}/commands/joint_group" for r in self.robots] + [f"/{r}/commands/joint_single" for r in self.robots]
+        for arm in range(2):
+            self.create_subscription(JointGroupCommand, self._stream_topics[arm], lambda m, a=arm: self._on_group(a, m), RELIABLE)
+            self.create_subscription(JointSingleCommand, self._stream_topics[2 + arm], lambda m, a=arm: self._on_single(a, m), RELIABLE)
+
+    def _on_group(self, arm: int, msg: Any) -> None:
+        with self._cond:
+            self.stats["xs_commands"] += 1
+            try:
+                self._inbox.append(("group", arm, self.xs.group_command(msg.name, list(msg.cmd))))
+            except CommandRefused as exc:
+                self._refused(arm, exc)
+            self._answered_ns[arm] = self.driver.time_ns
+            self._arrivals[arm] += 1
+            self._stream_msgs[arm] += 1
+            self._cond.notify_all()
+
+    def _on_single(self, arm: int, msg: Any) -> None:
+        with self._cond:
+            self.stats["xs_commands"] += 1
+            try:
+                self._inbox.append(("gripper", arm, [self.xs.single_command(msg.name, float(msg.cmd))]))
+            except CommandRefused as exc:
+                self._refused(arm, exc)
+            self._gripper_msgs[arm] += 1
+            self._stream_msgs[2 + arm] += 1
+            self._cond.notify_all()
+
+    def _refused(self, arm: int, exc: CommandRefused) -> None:
+        self.stats["xs_refused"] += 1
+        self.get_logger().warning(f"{self.robots[arm]}: command refused ({self.stats['xs_refused']} so far): {exc}",
+                                  throttle_duration_sec=2.0)  # fmt: skip
 
     def _apply_inbox(self) -> None:
         """Hand the received commands to the controllers, in arrival order (under the condition's lock)."""
@@ -190,6 +255,10 @@ class AlohaSimNode(Node):
             try:
                 if kind == "arm":
                     self.driver.command_arm(arm, command)
+                    self._holding[arm] = len(command.times_s) <= 1
+                elif kind == "group":
+                    self.driver.command_arm_positions(arm, command)
+                    self.stats["stream_commands"] += 1
                 else:
                     self.driver.command_gripper(arm, command)
                     self.stats["stream_commands"] += 1
@@ -232,7 +301,8 @@ class AlohaSimNode(Node):
         def nodes(infos: list[Any]) -> set[tuple[str, str]]:
             return {(i.node_namespace, i.node_name) for i in infos}
 
-        commanders = [nodes(self.get_publishers_info_by_topic(t)) for t in self.v["arm_trajectory_topics"]]
+        arm_topics = self._stream_topics[:2] if self.robots else self.v["arm_trajectory_topics"]
+        commanders = [nodes(self.get_publishers_info_by_topic(t)) for t in arm_topics]
         policies = set.intersection(*commanders)  # the nodes that command every arm
         listened = [self._clock_pub, self._joint_pub, *self._camera_pubs]
         return bool(policies) and all(policies & nodes(self.get_subscriptions_info_by_topic(p.topic_name)) for p in listened)
@@ -242,6 +312,8 @@ class AlohaSimNode(Node):
             self._inbox.clear()  # commands for the previous scene
             record = self.driver.start_next(self.v["query_every_steps"])
             self._answered_ns = [-1, -1]
+            self._holding = [False, False]
+            self._stream_msgs_last_step = list(self._stream_msgs)
         if record is not None and self.on_episode_start is not None:
             self.on_episode_start(record)
         if record is not None:
@@ -255,14 +327,21 @@ class AlohaSimNode(Node):
         now_ns = d.time_ns
         query = d.step_count % v["query_every_steps"] == 0  # episodes start on this grid
         with self._cond:
+            # Commands that came since the last step first: a hold that replaced the running chunk (a refusal, a
+            # stop) ends its stream, so this step waits for no gripper command the policy no longer sends.
+            self._apply_inbox()
             streams_before = list(self._gripper_msgs)
             arrivals_before = list(self._arrivals)
+            live = [n > b for n, b in zip(self._stream_msgs, self._stream_msgs_last_step)]  # a command the step before
+            self._stream_msgs_last_step = list(self._stream_msgs)
         self._publish_labels(now_ns)
         self._publish_observation(now_ns, images=query)
         if query and v["lockstep"]:
             time.sleep(OBSERVATION_LEAD_S)  # the observation reaches the policy before the clock wakes it
         self._clock_pub.publish(Clock(clock=ns_to_stamp(now_ns)))
-        if v["lockstep"]:
+        if v["lockstep"] and self.robots:
+            self._wait_for_streams(query, live)
+        elif v["lockstep"]:
             self._wait_for_answers(now_ns, query, streams_before, arrivals_before)
         else:
             time.sleep(max(0.0, d.time_ns / 1e9 + self._pace_origin() - time.monotonic()))
@@ -288,7 +367,9 @@ class AlohaSimNode(Node):
 
         A trajectory for an older observation that arrives after the query also answers it (the policy ticked
         before this observation reached it): counted as ``stale_answers``."""
-        streaming = self.driver.trajectory_end_s() * 1e9 > now_ns + 1  # a chunk still runs: its stream too
+        # A chunk still runs: its stream too. A hold (the policy's answer to a refused chunk or a stop: one point
+        # per arm) streams nothing.
+        streaming = self.driver.trajectory_end_s() * 1e9 > now_ns + 1 and not all(self._holding)
         gripper_topics = self.v["gripper_command_topics"]
         wants_stream = [self.count_publishers(t) > 0 for t in gripper_topics]
 
@@ -326,6 +407,27 @@ class AlohaSimNode(Node):
             self.stats["answers"] += 1
             if any(a < now_ns for a in self._answered_ns):
                 self.stats["stale_answers"] += 1
+
+    def _wait_for_streams(self, query: bool, live: list[bool]) -> None:
+        """Interbotix topics: block (bounded) until every topic with a publisher brought a command after this step's
+        observation at a query, or, between queries, every topic that had one in the step before."""
+        before = list(self._stream_msgs_last_step)
+        wanted = [i for i, topic in enumerate(self._stream_topics) if self.count_publishers(topic) > 0 and (query or live[i])]
+        if query:
+            self.stats["queries"] += 1
+        elif not wanted:
+            return
+        deadline = time.monotonic() + self.v["lockstep_timeout_s"]
+        with self._cond:
+            while not self._stop.is_set() and not all(self._stream_msgs[i] > before[i] for i in wanted):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.stats["timeouts"] += 1
+                    self._warn_timeout(self.driver.time_ns, query)
+                    return
+                self._cond.wait(timeout=min(left, 0.05))
+        if query:
+            self.stats["answers"] += 1
 
     def _warn_timeout(self, now_ns: int, query: bool) -> None:
         """A lockstep wait ran out: the causes in full the first time, one short line after that."""
@@ -407,6 +509,8 @@ def _wiring_problems(v: dict[str, Any]) -> list[str]:
     unknown = [c for c in v["camera_names"] if c not in CAMERAS]
     if unknown:
         problems.append(f"camera_names {unknown} are not cameras of the scene {list(CAMERAS)}")
+    if v["interbotix_robots"] and len(v["interbotix_robots"]) != 2:
+        problems.append(f"interbotix_robots needs two entries (left, right) or none, got {len(v['interbotix_robots'])}")
     if v["arm_joint_state_topics"] and len(v["arm_joint_state_topics"]) != 2:
         problems.append(f"arm_joint_state_topics needs two entries (left, right) or none, got {len(v['arm_joint_state_topics'])}")
     for key in ("joint_prefixes", "arm_trajectory_topics", "gripper_command_topics"):

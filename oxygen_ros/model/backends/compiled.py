@@ -34,9 +34,8 @@ from typing import Protocol
 
 import torch
 from torch import Tensor
-from torch._dynamo.utils import counters
 
-from oxygen_ros.model.backends.compiled_aot import COUNTERS, AotCompiledFunction
+from oxygen_ros.model.backends.compiled_aot import AotCompiledFunction, aot_counters
 from oxygen_ros.model.network.rtc import sample_actions_rtc
 from oxygen_ros.model.network.vla import Pi05Model, VelocityFn
 
@@ -124,14 +123,14 @@ class CompiledPath:
             return 0.0
         label = what or self.what
         self.progress(f"{label}: compiling, or loading what an earlier start compiled ...")
-        aot = dict(counters[COUNTERS])
+        aot = dict(aot_counters())
         t0 = time.perf_counter()
         calls()
         seconds = time.perf_counter() - t0
         if what is None:
             self.compile_s = seconds
         if self.fused:
-            compiled, loaded = (counters[COUNTERS][k] - aot.get(k, 0) for k in ("compiled", "loaded"))
+            compiled, loaded = (aot_counters()[k] - aot.get(k, 0) for k in ("compiled", "loaded"))
             how = f"loaded in {seconds:.1f} s (compiled by an earlier start)" if loaded and not compiled else \
                 f"compiled in {seconds:.1f} s (saved for later starts)"
             self.progress(f"{label}: {how}")

@@ -24,17 +24,25 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from torch._dynamo.aot_compile import AOTCompiledFunction
-from torch._dynamo.utils import counters
+
+if TYPE_CHECKING:  # torch._dynamo takes seconds to import: only a process that compiles pays for it
+    from torch._dynamo.aot_compile import AOTCompiledFunction
 
 from oxygen_ros.model.backends.compiled_store import ArtefactFile, artefact_key
 
 log = logging.getLogger(__name__)
 
 COUNTERS = "oxygen_aot"  # counters[COUNTERS]: variants "loaded" from a file, "compiled" and saved, "failed"
+
+
+def aot_counters() -> Any:
+    """torch._dynamo's counters of this module's variants (``loaded``, ``compiled``, ``failed``)."""
+    from torch._dynamo.utils import counters
+
+    return counters[COUNTERS]
 
 
 def artefacts_enabled() -> bool:
@@ -47,6 +55,12 @@ def artefacts_enabled() -> bool:
 # and its shape guards, so the marks are taken off for the variants' guards and put back for tracing.
 _MARKS = ("_dynamo_dynamic_indices", "_dynamo_weak_dynamic_indices", "_dynamo_unbacked_indices",
           "_dynamo_strict_unbacked_indices", "_dynamo_static_indices", "_has_dynamo_dim_marking")
+
+
+def _aot_function() -> Any:
+    from torch._dynamo.aot_compile import AOTCompiledFunction
+
+    return AOTCompiledFunction
 
 
 def _accepts(variant: AOTCompiledFunction, args: tuple) -> bool:
@@ -117,15 +131,15 @@ class AotCompiledFunction:
         found = None
         for data in stored[self._stored:]:
             try:
-                variant = AOTCompiledFunction.deserialize(data)
+                variant = _aot_function().deserialize(data)
             except Exception as exc:  # noqa: BLE001 - a variant from another torch build, a damaged pickle ...
                 log.warning("%s: a compiled variant in %s did not load (%s); compiling again, and the next save "
                             "drops it", self.name, self._file.path, _first_line(exc))
-                counters[COUNTERS]["failed"] += 1
+                aot_counters()["failed"] += 1
                 self._unloadable.add(data)
                 continue
             self._variants.append(variant)
-            counters[COUNTERS]["loaded"] += 1
+            aot_counters()["loaded"] += 1
             if found is None and _accepts(variant, args):
                 found = variant
         self._stored = len(stored)
@@ -135,15 +149,15 @@ class AotCompiledFunction:
         assert self._file is not None
         try:
             variant = self._lazy.aot_compile((args, {}))
-            data = AOTCompiledFunction.serialize(variant).serialized_data
+            data = _aot_function().serialize(variant).serialized_data
         except Exception as exc:  # noqa: BLE001 - an op or backend without serializable output: plain compile
             log.warning("%s: ahead-of-time compiling failed (%s); compiling through inductor's caches "
                         "instead (slower start-up, same results)", self.name, _first_line(exc))
-            counters[COUNTERS]["failed"] += 1
+            aot_counters()["failed"] += 1
             self._file = None
             return None
         self._variants.append(variant)
-        counters[COUNTERS]["compiled"] += 1
+        aot_counters()["compiled"] += 1
         stored = [d for d in self._file.read() if d not in self._unloadable]
         try:
             self._file.write([*stored, data])

@@ -30,6 +30,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from oxygen_ros.model.checkpoints.meta_build import no_random_init
 from oxygen_ros.model.checkpoints.checkpoint_info import OXYGEN_POLICY_KEYS, CheckpointInfo, CheckpointInfoError, read_checkpoint_info, slot_names
 from oxygen_ros.model.network.config import ModelConfig
 from oxygen_ros.model.checkpoints.tensor_stream import TensorFileError, TensorReader
@@ -442,6 +443,8 @@ def _find_norm_stats(directory: Path) -> dict[str, Path]:
     return {p.parent.relative_to(assets).as_posix(): p for p in sorted(assets.rglob("norm_stats.json"))}
 
 
+
+
 def load_checkpoint(
     checkpoint_dir: str | os.PathLike[str],
     dtype: torch.dtype | str = torch.float32,
@@ -469,7 +472,7 @@ def load_checkpoint(
     if float32_islands not in ("auto", *ISLAND_STYLES):
         raise CheckpointError(f"float32_islands must be 'auto' or one of {list(ISLAND_STYLES)}, not {float32_islands!r}")
     islands: IslandStyle = info.islands if float32_islands == "auto" else float32_islands  # type: ignore[assignment]
-    with torch.device("meta"):
+    with torch.device("meta"), no_random_init():
         model = Pi05Model(config)
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     with contextlib.ExitStack() as stack:

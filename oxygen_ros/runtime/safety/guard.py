@@ -138,19 +138,22 @@ class OutputGuard:
 
     # -------------------------------------------------------------------------------- streamed commands
     def _stream_position(self, target: np.ndarray, dt: float, measured: np.ndarray | None) -> tuple[np.ndarray, Hits]:
-        """Clamped into the range; the step from the last command shortened to max_velocity · dt; then the
-        distance from the measured position shortened to max_distance (each along its direction)."""
+        """Clamped into the range; the distance from the measured position shortened to max_distance; then the
+        step from the last command shortened to max_velocity · dt (each along its direction). The step comes last:
+        shortening the distance afterwards would pull every joint towards a measurement that lags the commands, a
+        step beyond max_velocity; a step from a command within max_distance towards a target within it stays
+        within it."""
         hits = empty_hits(len(target))
         out = np.clip(target, self._lower, self._upper)
         count_clamps(hits, target, out, self._lower, self._upper)
+        if measured is not None:
+            out, binding = scale_step(measured, out, self._dist)
+            hits["distance"] += binding
         # The step from what the controller was last told (a hold included): a measurement may be a little old.
         reference = next((r for r in (self._last, self._held, measured) if r is not None), None)
         if reference is not None:
             out, binding = scale_step(reference, out, self._vel * dt)
             hits["speed"] += binding
-        if measured is not None:
-            out, binding = scale_step(measured, out, self._dist)
-            hits["distance"] += binding
         return out, hits
 
     def stream(self, values: np.ndarray, now_ns: int, measured: np.ndarray | None) -> tuple[np.ndarray, Hits]:

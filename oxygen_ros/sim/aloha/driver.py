@@ -94,6 +94,7 @@ class AlohaDriver:
         self.names = joint_names(self.prefixes)
         self.arm_joint_names = [tuple(f"{p}{j}" for j in ARM_JOINTS) for p in self.prefixes]
         self._followers: list[TrajectoryFollower] = []
+        self._goals: list[np.ndarray | None] = [None, None]  # per arm: a position goal (Interbotix joint_group)
         self._gripper_rad = np.zeros(2)
 
     # ------------------------------------------------------------------------------------------ episodes
@@ -127,6 +128,7 @@ class AlohaDriver:
         now = self.step_count * DT
         self._followers = [TrajectoryFollower(names, np.array(START_ARM), np.full(6, MAX_VELOCITY), now_s=now)
                            for names in self.arm_joint_names]  # fmt: skip
+        self._goals = [None, None]
         self._gripper_rad = finger_to_gripper_joint(self.physics.finger_positions())
         return record
 
@@ -136,6 +138,17 @@ class AlohaDriver:
         if self.episode is None:
             raise TrajectoryRejected("no episode is running")
         self._followers[arm].command(trajectory, self.step_count * DT)
+        self._goals[arm] = None
+
+    def command_arm_positions(self, arm: int, positions: list[float]) -> None:
+        """A position goal for the six joints of arm 0 (left) or 1 (right), as the Interbotix driver takes a
+        joint_group command in position mode: the actuators' target from the next step on, until the next one."""
+        if self.episode is None:
+            raise ValueError("no episode is running")
+        goal = np.asarray(positions, dtype=np.float64)
+        if goal.shape != (len(ARM_JOINTS),) or not np.all(np.isfinite(goal)):
+            raise ValueError(f"an arm goal is {len(ARM_JOINTS)} finite positions, got {positions}")
+        self._goals[arm] = goal
 
     def command_gripper(self, arm: int, values: list[float]) -> None:
         """A forward command for one gripper: one value, the gripper joint's radians."""
@@ -169,7 +182,7 @@ class AlohaDriver:
         if record is None:
             return None
         end = (self.step_count + 1) * DT  # the setpoint for the end of this step
-        targets = np.concatenate([f.setpoint(end) for f in self._followers])
+        targets = np.concatenate([f.setpoint(end) if goal is None else goal for f, goal in zip(self._followers, self._goals)])
         self.physics.set_arm_targets(targets)
         fingers = gripper_joint_to_finger(self._gripper_rad)
         self.physics.set_finger_targets(float(fingers[0]), float(fingers[1]))

@@ -267,22 +267,24 @@ def _indices(names: Sequence[str], wanted: Sequence[str], what: str) -> list[int
 
 
 def _controllers(driver: AlohaDriver, outputs: Sequence[OutputSpec]) -> tuple[Mapping[str, int], Mapping[str, int]]:
-    """Output name → arm index (a joint_trajectory of one arm's six joints) and → gripper index (a
-    float64_array of one gripper joint); anything else does not fit the drivers."""
+    """Output name → arm index (a joint_trajectory or Interbotix joint_group of one arm's six joints, positions)
+    and → gripper index (a float64_array or Interbotix joint_single of one gripper joint); anything else does not
+    fit the drivers. A streamed command (joint_group, joint_single, float64_array) is the row due at each step,
+    which is the setpoint a trajectory of the same rows gives for the end of that step: both run as trajectories."""
     arms: dict[str, int] = {}
     grippers: dict[str, int] = {}
     gripper_names = _gripper_names(driver)
     for spec in outputs:
-        if spec.type == "joint_trajectory" and spec.interface == "position" and any(
+        if spec.type in ("joint_trajectory", "joint_group") and spec.interface == "position" and any(
             sorted(spec.joints) == sorted(names) for names in driver.arm_joint_names
         ):
             arms[spec.name] = next(i for i, names in enumerate(driver.arm_joint_names) if sorted(spec.joints) == sorted(names))
-        elif spec.type == "float64_array" and len(spec.joints) == 1 and spec.joints[0] in gripper_names:
+        elif spec.type in ("float64_array", "joint_single") and len(spec.joints) == 1 and spec.joints[0] in gripper_names:
             grippers[spec.name] = gripper_names.index(spec.joints[0])
         else:
             raise WiringError(f"output {spec.name} ({spec.type}, joints {list(spec.joints)}) fits none of the simulated "
-                              f"controllers: a position joint trajectory of {list(driver.arm_joint_names[0])} (or the "
-                              f"right arm's), or a float64_array of one of {gripper_names}")  # fmt: skip
+                              f"controllers: a position joint trajectory or joint group of {list(driver.arm_joint_names[0])} (or "
+                              f"the right arm's), or a float64_array or joint_single of one of {gripper_names}")  # fmt: skip
     if sorted(arms.values()) != [0, 1] or sorted(grippers.values()) != [0, 1]:
         raise WiringError(f"the outputs must command both arms and both grippers once each, got arms {arms}, grippers {grippers}")
     return arms, grippers
