@@ -8,9 +8,9 @@ Three CPU kinds behave differently:
   for every product; ``auto`` keeps float32.
 * AVX2 only: oneDNN has no bfloat16 path at all (``mkldnn._reorder_linear_weight`` raises "bf16 path needs the
   cpu support avx_ne_convert or avx512bw, avx512vl and avx512dq"); torch's own bfloat16 kernels still run, but
-  the bench preset's prefill, chunk and decode step take several times their float32 time
-  (docs/performance.md, "What to expect"), so ``auto`` takes float32 and an explicit bfloat16 runs plain
-  bfloat16 products with one line saying so.
+  the bench preset's prefill, chunk and decode step take 3-6.5x their float32 time (docs/performance.md,
+  "bfloat16 or float32 on each CPU kind"), so ``auto`` takes float32 and an explicit bfloat16 runs plain
+  bfloat16 products with one warning saying so.
 
 The probe is a real pack and product of a tiny weight, so it follows what this torch build and its oneDNN
 allow on this processor, including the caps ``ONEDNN_MAX_CPU_ISA`` and ``ATEN_CPU_CAPABILITY`` put on them
@@ -61,6 +61,11 @@ def onednn_packs_bfloat16() -> bool:
     return onednn_bfloat16_refusal() is None
 
 
+def plain_bfloat16(dtype: str) -> bool:
+    """A bfloat16 model on a CPU without oneDNN's bfloat16 path: torch's own, slower, bfloat16 kernels."""
+    return dtype == "bfloat16" and onednn_bfloat16_refusal() is not None
+
+
 def native_bfloat16_cpu() -> bool:
     """bfloat16 products run natively: oneDNN has its bfloat16 path and the CPU a bfloat16 dot product."""
     return onednn_packs_bfloat16() and bool(NATIVE_BFLOAT16_FLAGS & cpu_flags())
@@ -95,4 +100,4 @@ def cpu_dtype_line(requested: str, dtype: str) -> str:
         return (f"dtype {requested}: bfloat16 products in oneDNN, {native} ({isa_summary()}); decode weights "
                 f"packed as pack_decode_weights says")
     return (f"dtype bfloat16: plain bfloat16 products in torch's own kernels, nothing packed ({isa_summary()}): "
-            f"{why}; on such a CPU bfloat16 runs several times slower than float32 (dtype auto picks float32)")
+            f"{why}; bfloat16 takes 3-6.5x float32's time on such a CPU (dtype auto picks float32)")
