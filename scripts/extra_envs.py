@@ -23,7 +23,9 @@ import fcntl
 import hashlib
 import json
 import os
+import glob
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -46,6 +48,7 @@ class ExtraEnv:
     on_setup: bool = True  # made by scripts/setup.sh; False: only on request (`make NAME`)
     only_if: str | None = None  # a repo-relative path that must exist (e.g. sources to build); else not made
     build: str | None = None  # a repo-relative bash script run after pip as `bash SCRIPT FOLDER` (its text is in the stamp)
+    python: str | None = None  # the Python version the venv needs ("3.12"); None: the one running this script
 
     def applies(self) -> bool:
         return self.only_if is None or (REPO / self.only_if).exists()
@@ -62,6 +65,20 @@ def _openpi_client(version: str) -> ExtraEnv:
     )
 
 
+NO_PYTHON = "this machine has no Python"  # the start of the reason when an environment's Python is not installed
+
+
+def find_python(version: str) -> str | None:
+    """An interpreter of ``version`` on this machine: pythonX.Y on PATH, else pyenv's newest X.Y.*."""
+    found = shutil.which(f"python{version}")
+    if found and subprocess.run([found, "--version"], capture_output=True).returncode == 0:  # a pyenv shim may fail
+        return found
+    root = os.environ.get("PYENV_ROOT") or str(Path.home() / ".pyenv")
+    candidates = sorted(glob.glob(f"{root}/versions/{version}.*/bin/python{version}"),
+                        key=lambda p: [int(n) for n in re.findall(r"\d+", Path(p).parents[1].name)])  # fmt: skip
+    return candidates[-1] if candidates else None
+
+
 ENVS: tuple[ExtraEnv, ...] = (
     _openpi_client("0.1.1"),
     _openpi_client("0.1.2"),
@@ -72,6 +89,15 @@ ENVS: tuple[ExtraEnv, ...] = (
         probe="import robosuite",
         used_by="scripts/measure_osc_gain.py (test/fixtures/robosuite_osc_gain.json)",
         on_setup=False,
+    ),
+    ExtraEnv(
+        name="lerobot-0.6.1",
+        folder="lerobot/v0.6.1",
+        # lerobot 0.6 needs Python 3.12 and pulls PyPI's CUDA torch (~5 GB, ~2.5 min): a venv of its own
+        requirements=("lerobot[async]==0.6.1",),
+        probe="import grpc, lerobot.async_inference.helpers",  # robot_client writes logs/ into the working folder
+        used_by="test_serve_lerobot_client.py (LeRobot's RobotClient against oxygen-serve --protocol lerobot)",
+        python="3.12",
     ),
 )
 
@@ -99,6 +125,8 @@ def python_of(env: ExtraEnv) -> Path:
 def spec_hash(env: ExtraEnv) -> str:
     """What the stamp records: the hash of the spec (a changed requirement, probe or build script remakes it)."""
     spec: dict = {"requirements": env.requirements, "probe": env.probe}
+    if env.python:  # only when set: the stamps of the environments made before it stay valid
+        spec["python"] = env.python
     if env.build:
         spec["build"] = (REPO / env.build).read_text()
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
@@ -107,6 +135,8 @@ def spec_hash(env: ExtraEnv) -> str:
 def problem(env: ExtraEnv) -> str | None:
     """None when ``env`` is ready (its stamp matches this spec), else what is wrong and how to make it."""
     stamp = folder(env) / STAMP
+    if env.python and not python_of(env).exists() and find_python(env.python) is None:
+        return f"{NO_PYTHON} {env.python} for the {env.name} environment (pyenv install {env.python})"
     if not python_of(env).exists() or not stamp.exists():
         return f"the {env.name} environment is missing ({folder(env)}): {MAKE_HINT}"
     if stamp.read_text().strip() != spec_hash(env):
@@ -175,7 +205,10 @@ def make(env: ExtraEnv) -> str:
         print(f"[extra_envs] making the {env.name} environment in {folder(env)} ({', '.join(steps)})", flush=True)
         folder(env).parent.mkdir(parents=True, exist_ok=True)
         without_pip = [] if env.requirements else ["--without-pip"]
-        made = _run([sys.executable, "-m", "venv", "--clear", *without_pip, str(folder(env))], 300)
+        python = find_python(env.python) if env.python else sys.executable
+        if python is None:
+            raise RuntimeError(f"could not make {env.name}: {NO_PYTHON} {env.python}")
+        made = _run([python, "-m", "venv", "--clear", *without_pip, str(folder(env))], 300)
         if made.returncode == 0 and env.requirements:
             made = _run([str(python_of(env)), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                          *env.requirements], 1200)  # fmt: skip

@@ -52,17 +52,20 @@ def free_python_env() -> dict[str, str]:
 
 
 @contextmanager
-def oxygen_serve(params_file: Path | str, *args: str, log_dir: Path, start_timeout_s: float = 240.0) -> Iterator[Served]:
-    """``python -m oxygen_ros.serve.cli`` on 127.0.0.1 and a free port; yields once /healthz answers ``OK``."""
+def oxygen_serve(params_file: Path | str, *args: str, log_dir: Path, start_timeout_s: float = 240.0,
+                 protocol: str = "openpi") -> Iterator[Served]:  # fmt: skip
+    """``python -m oxygen_ros.serve.cli`` on 127.0.0.1 and a free port; yields once /healthz answers ``OK`` (openpi)
+    or the gRPC port is listening (``protocol="lerobot"``)."""
     log_path = log_dir / f"serve_{time.monotonic_ns()}.log"
     with open(log_path, "w") as log:
         process = subprocess.Popen([sys.executable, "-m", "oxygen_ros.serve.cli", "--params-file", str(params_file),
-                                    "--host", "127.0.0.1", "--port", "0", *args],
+                                    "--protocol", protocol, "--host", "127.0.0.1", "--port", "0", *args],
                                    stdout=log, stderr=subprocess.STDOUT, env=free_python_env(), cwd=REPO)  # fmt: skip
     try:
-        port = _wait_listening(process, log_path, start_timeout_s)
+        port = _wait_listening(process, log_path, start_timeout_s, "ws" if protocol == "openpi" else "grpc")
         served = Served(process, port, log_path)
-        _wait_healthy(served)
+        if protocol == "openpi":
+            _wait_healthy(served)
         yield served
     finally:
         process.terminate()
@@ -73,10 +76,10 @@ def oxygen_serve(params_file: Path | str, *args: str, log_dir: Path, start_timeo
             process.wait()
 
 
-def _wait_listening(process: subprocess.Popen, log_path: Path, timeout_s: float) -> int:
+def _wait_listening(process: subprocess.Popen, log_path: Path, timeout_s: float, scheme: str) -> int:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        match = re.search(r"protocol on ws://127\.0\.0\.1:(\d+)", log_path.read_text(errors="replace"))
+        match = re.search(rf"protocol on {scheme}://127\.0\.0\.1:(\d+)", log_path.read_text(errors="replace"))
         if match:
             return int(match.group(1))
         if process.poll() is not None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LAYOUTS", "Layout", "Observation", "ObservationError", "layout_for"]
+__all__ = ["LAYOUTS", "Layout", "Observation", "ObservationError", "camera_image", "layout_for", "prompt_of"]
 
 MAX_IMAGE_SIDE = 2048  # larger than any robot camera a π0.5 client resizes from; a bigger one is refused
 MAX_PROMPT_CHARS = 2000
@@ -47,10 +47,10 @@ class Layout:
 
     def observation(self, obs: Mapping[str, Any], default_prompt: str | None) -> Observation:
         images, state = self.read(obs)
-        return Observation(images, state, _prompt(obs, default_prompt), _question(obs))
+        return Observation(images, state, prompt_of(obs, default_prompt), _question(obs))
 
 
-def _image(value: Any, key: str, chw: bool) -> np.ndarray:
+def camera_image(value: Any, key: str, chw: bool) -> np.ndarray:
     """A camera image → HWC uint8 (openpi converts float images in [0, 1] the same way)."""
     if not isinstance(value, np.ndarray):
         raise ObservationError(f"{key}: expected an image array, got {type(value).__name__}")
@@ -90,10 +90,10 @@ def _vector(obs: Mapping[str, Any], key: str, size: int) -> np.ndarray:
 def _required_image(obs: Mapping[str, Any], key: str) -> np.ndarray:
     if key not in obs:
         raise ObservationError(f"missing key {key!r} (an HWC uint8 image)")
-    return _image(obs[key], key, chw=False)
+    return camera_image(obs[key], key, chw=False)
 
 
-def _prompt(obs: Mapping[str, Any], default: str | None) -> str:
+def prompt_of(obs: Mapping[str, Any], default: str | None) -> str:
     value = obs.get("prompt", default)
     if value is None:
         raise ObservationError("missing key 'prompt', and the server has no --default-prompt")
@@ -126,7 +126,7 @@ def _aloha(obs: Mapping[str, Any]) -> tuple[list[np.ndarray | None], np.ndarray 
         raise ObservationError("images: cam_high is required (the base camera)")
     slots: list[np.ndarray | None] = [None, None, None]
     for name, image in images.items():
-        converted = _image(image, f"images.{name}", chw=True)
+        converted = camera_image(image, f"images.{name}", chw=True)
         if name in ALOHA_SLOTS:
             slots[ALOHA_SLOTS[name]] = converted
     return slots, _vector(obs, "state", 14)

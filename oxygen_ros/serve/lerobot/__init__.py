@@ -1,0 +1,1 @@
+"""LeRobot's async-inference gRPC protocol (``transport.AsyncInference``) served by the fleet scheduler."""
