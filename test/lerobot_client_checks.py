@@ -1,6 +1,7 @@
 """Run in the lerobot 0.6.1 environment (scripts/extra_envs.py): LeRobot's own RobotClient with a fake SO-101.
 
     python lerobot_client_checks.py PORT CHECKPOINT OBSERVATION.npz OUT.json [ACTIONS_TO_RUN]
+    python lerobot_client_checks.py hostile PORT CHECKPOINT MARKER
 
 ``FakeSO101Config`` is registered as a robot type and ``FakeSO101`` sits in the same module (lerobot finds the
 robot class by the config's name without "Config"): six ``<joint>.pos`` floats and front/wrist cameras, all
@@ -81,7 +82,53 @@ class FakeSO101(Robot):
         self._connected = False
 
 
+class RunsCommand:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def hostile(port: str, checkpoint: str, marker: str) -> int:
+    import pickle
+
+    import grpc
+
+    from lerobot.async_inference.helpers import RemotePolicyConfig, TimedObservation
+    from lerobot.transport import services_pb2, services_pb2_grpc
+    from lerobot.transport.utils import grpc_channel_options, send_bytes_in_chunks
+
+    stub = services_pb2_grpc.AsyncInferenceStub(grpc.insecure_channel(f"127.0.0.1:{port}", grpc_channel_options()))
+    codes = {}
+
+    def code(name: str, call: Any) -> None:
+        try:
+            call()
+            codes[name] = "OK"
+        except grpc.RpcError as exc:
+            codes[name] = f"{exc.code().name}: {exc.details()}"
+
+    stub.Ready(services_pb2.Empty())
+    evil_setup = RemotePolicyConfig("pi05", checkpoint, {"x": RunsCommand(marker)}, 10)  # type: ignore[dict-item]
+    code("setup", lambda: stub.SendPolicyInstructions(services_pb2.PolicySetup(data=pickle.dumps(evil_setup))))
+    features = {"observation.state": {"dtype": "float32", "shape": (6,), "names": [f"{j}.pos" for j in JOINTS]},
+                "observation.images.front": {"dtype": "image", "shape": (8, 8, 3), "names": ["height", "width", "channels"]}}
+    good = RemotePolicyConfig("pi05", checkpoint, features, 10)
+    code("good_setup", lambda: stub.SendPolicyInstructions(services_pb2.PolicySetup(data=pickle.dumps(good))))
+    evil_obs = pickle.dumps(TimedObservation(0.0, 0, {"task": RunsCommand(marker)}, True))
+    code("observation", lambda: stub.SendObservations(send_bytes_in_chunks(evil_obs, services_pb2.Observation)))
+    begin_only = iter([services_pb2.Observation(transfer_state=services_pb2.TRANSFER_BEGIN, data=b"\x80\x04")])
+    code("no_end", lambda: stub.SendObservations(begin_only))
+    print(json.dumps(codes))
+    return 0
+
+
 def main() -> int:
+    if sys.argv[1] == "hostile":
+        return hostile(*sys.argv[2:5])
     port, checkpoint, source, out = sys.argv[1:5]
     to_run = int(sys.argv[5]) if len(sys.argv) > 5 else 10
     SOURCE.update(np.load(source))

@@ -6,6 +6,7 @@ cleared. Few steps, the file's 96 x 96 cameras."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -52,18 +53,34 @@ def test_a_wild_model_s_refused_chunks_do_not_stall_the_lockstep_simulator() -> 
 
 
 def test_a_stop_set_and_cleared_mid_episode_does_not_stall_the_lockstep_simulator() -> None:
-    seen: dict[str, Any] = {"states": []}
+    """The stop set and cleared through the node's ``~/set_stop`` service (a real client over DDS)."""
+    from std_srvs.srv import SetBool
+
+    seen: dict[str, Any] = {"states": [], "calls": []}
 
     def on_ready(policy: Any, sim: Any) -> None:
         safety = policy._ports[0].safety
+        client = policy.create_client(SetBool, "/oxygen_node/set_stop")
+
+        def call(data: bool) -> None:  # from the simulator's thread: the executor answers meanwhile
+            assert client.wait_for_service(timeout_sec=30.0)
+            future = client.call_async(SetBool.Request(data=data))
+            deadline = time.monotonic() + 30.0
+            while not future.done() and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert future.done() and future.result().success
+            seen["calls"].append(time.monotonic())
 
         def on_step(driver: Any) -> None:
             step = len(seen["states"])  # the episode's steps so far
             if step == 20:
-                safety.set_stop(True, "the test")
+                call(True)
             elif step == 45:
-                safety.set_stop(False, "the test")
-            seen["states"].append((step, safety.guard.state.state))
+                call(False)
+            state = safety.guard.state.state
+            if state == "RUN" and len(seen["calls"]) == 2 and "resumed" not in seen:
+                seen["resumed"] = time.monotonic()
+            seen["states"].append((step, state))
 
         sim.on_step = on_step
 
@@ -75,3 +92,6 @@ def test_a_stop_set_and_cleared_mid_episode_does_not_stall_the_lockstep_simulato
     assert states[30] == "STOP", seen["states"][:60]  # stopped, and the simulator stepped on
     # commanding again with the first chunk after the clear (chunks come every 25 steps)
     assert any(state == "RUN" for step, state in seen["states"] if 45 < step <= 45 + 25 + 1), seen["states"][40:80]
+    resumed_s = seen["resumed"] - seen["calls"][1]
+    print(f"\nstop set and cleared over ~/set_stop mid-episode: commanding again {resumed_s:.2f} s (wall) after the clear")
+    assert resumed_s < 10.0  # the next chunk's time, not a lockstep timeout

@@ -267,6 +267,8 @@ def print_offline_report(summary: dict[str, Any], out: TextIO | None = None) -> 
           f"{summary['chunks']} chunks, {summary['trajectories']} trajectories, {sum(skipped.values())} skipped"
           + (f" ({', '.join(f'{k} {v}' for k, v in skipped.items())})" if skipped else ""), file=out)  # fmt: skip
     print(f"  guard: {safety_line(summary.get('safety', {}))}", file=out)
+    if summary.get("model", {}).get("dtype_choice"):  # a CPU model in bfloat16 or dtype auto: which products ran
+        print(f"  {summary['model']['dtype_choice']}", file=out)
     print(f"  text: {summary['tokens']} tokens in {summary['decode_steps']} decode steps", file=out)
     for task, requests in summary["text"].items():
         reasons: dict[str, int] = {}

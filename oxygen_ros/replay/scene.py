@@ -40,6 +40,9 @@ class SceneConfig:
     camera_topics: list[str] = field(default_factory=lambda: list(DEFAULT_CAMERA_TOPICS))
     joint_state_topic: str = "/joint_states"
     joint_names: list[str] = field(default_factory=lambda: list(DEFAULT_JOINT_NAMES))
+    # Several joint-state topics (ALOHA: one per arm): (topic, positions in joint_names, the names the topic
+    # publishes them by). Empty: every joint on joint_state_topic under joint_names.
+    joint_topics: list[tuple[str, list[int], list[str]]] = field(default_factory=list)
     instruction_topic: str = DEFAULT_INSTRUCTION_TOPIC
     instruction: str = DEFAULT_INSTRUCTION
     start_ns: int = DEFAULT_START_NS
@@ -144,6 +147,9 @@ def scene_for_config(config: Any, **overrides: Any) -> SceneConfig:
     cfg.instruction_topic = config.instruction_topic
     if config.settings.joint_names:
         cfg.joint_names = list(config.settings.joint_names)
+        sources = config.settings.joint_sources
+        if len(sources) > 1:
+            cfg.joint_topics = [(config.topic(j.topic), list(j.indices), list(j.names)) for j in sources]
     if config.settings.default_instruction.strip():
         cfg.instruction = config.settings.default_instruction
     for key, value in overrides.items():
@@ -188,16 +194,20 @@ def write_demo_bag(
                 topic = config.instruction_topic
             elif kind == "joints":
                 pos, vel = scene.joints(t)
-                writer.write(config.joint_state_topic, JOINT_STATE, stamp,
-                             joint_state_msg(ts, config.joint_names, pos, vel, stamp), qos=[qos_profile()])  # fmt: skip
-                topic = config.joint_state_topic
+                for topic, indices, names in config.joint_topics or [(config.joint_state_topic, [], config.joint_names)]:
+                    part = indices or slice(None)
+                    writer.write(topic, JOINT_STATE, stamp, joint_state_msg(ts, names, pos[part], vel[part], stamp),
+                                 qos=[qos_profile()])  # fmt: skip
+                    counts[topic] = counts.get(topic, 0) + 1
+                topic = ""  # counted above, per topic
             else:
                 slot = order - 2
                 topic = config.camera_topics[slot]
                 frame_id = topic.strip("/").split("/")[1] if topic.count("/") >= 2 else f"camera{slot}"
                 msg = image_msg(ts, scene.image(slot, t, k), stamp, frame_id, encoding=config.encoding)
                 writer.write(topic, IMAGE, stamp, msg, qos=[qos_profile(reliable=False)])
-            counts[topic] = counts.get(topic, 0) + 1
+            if topic:
+                counts[topic] = counts.get(topic, 0) + 1
             if progress is not None:
                 progress((n + 1) / len(events), f"{n + 1}/{len(events)} messages")
     return {

@@ -35,7 +35,7 @@ from oxygen_ros.model.backends.compiled_prefill import make_prefiller
 from oxygen_ros.model.network.config import ModelConfig, preset
 from oxygen_ros.model.checkpoints.key_maps import VARIANTS
 from oxygen_ros.model.checkpoints.normalize import Normalizer, NormStatsError, load_norm_stats
-from oxygen_ros.model.network.cpu_bfloat16 import cpu_dtype_line, resolve_dtype
+from oxygen_ros.model.network.cpu_bfloat16 import cpu_dtype_line, plain_bfloat16, resolve_dtype
 from oxygen_ros.model.network.packed_decode import PACK_CHOICES, PACK_LIMIT_BYTES, can_pack, is_packed
 from oxygen_ros.model.network.precision import cast_for_inference
 from oxygen_ros.model.network.preprocess import ImageError, prepare_images
@@ -286,6 +286,14 @@ class PolicyRuntime:
         """The model's dtype (``auto`` resolved): float32 or bfloat16."""
         return str(self.model.dtype).removeprefix("torch.")
 
+    @property
+    def dtype_line(self) -> str:
+        """On a CPU, where bfloat16 is asked for or ``auto`` chose: which products run and why; else ""."""
+        c = self.config
+        if self.model.device.type != "cpu" or (c.dtype != "auto" and self.dtype != "bfloat16"):
+            return ""
+        return cpu_dtype_line(c.dtype, self.dtype)
+
     def describe(self) -> str:
         """One line of what was chosen for this checkpoint (the node prints it at start-up)."""
         info = self.checkpoint_info
@@ -305,8 +313,8 @@ class PolicyRuntime:
     def _log_choices(self) -> None:
         info, c = self.checkpoint_info, self.config
         log.info("%s", self.describe())
-        if self.model.device.type == "cpu" and (c.dtype == "auto" or self.model.dtype == torch.bfloat16):
-            log.info("%s", cpu_dtype_line(c.dtype, self.dtype))  # which products this CPU runs, and why
+        if self.dtype_line:  # which products this CPU runs, and why: a warning where bfloat16 runs slowly
+            log.log(logging.WARNING if plain_bfloat16(self.dtype) else logging.INFO, "%s", self.dtype_line)
         if c.checkpoint and c.prompt_format == "auto" and info.prompt_format is None:
             log.warning("prompt_format auto: using %s; %s. Set prompt_format explicitly.", self.prompt_format, info.prompt_format_note)
         if self.engine.packed_decode_bytes:

@@ -9,7 +9,8 @@ semantics) and each gripper's ``std_msgs/Float64MultiArray`` (the gripper joint'
 Lockstep: the clock only moves when the policy has answered. Every ``query_every_steps`` steps the cameras
 are rendered and published with the joint state, then ``/clock``; the simulation waits until every arm
 topic brought a trajectory for that observation (stamped at or after it, or stamp 0 received after it), and
-while a trajectory lasts, one command per step on each gripper topic that streams. A slow policy therefore
+while a trajectory lasts, one command per step on each gripper topic that streams (not after a hold: a one-point
+trajectory on both arms, the policy's answer to a refused chunk or a stop). A slow policy therefore
 changes only the wall time. Waits are bounded by ``lockstep_timeout_s`` (then a warning, and the step runs
 on the commands it has). Episode starts and ends go out as JSON on ``~/episode``; for the transfer cube, the
 scene's truth in words (``scene_texts``: the phase, the memory note, the answers to its questions) as JSON on
@@ -144,6 +145,7 @@ class AlohaSimNode(Node):
         self._inbox: list[tuple[str, int, Any]] = []  # (kind, arm, command) received, applied by the loop
         self._answered_ns = [-1, -1]  # per arm: the observation stamp the latest trajectory answers
         self._arrivals = [0, 0]  # per arm: trajectories received
+        self._holding = [False, False]  # per arm: its latest trajectory is a hold (one point): no gripper stream
         self._gripper_msgs = [0, 0]  # per gripper topic: messages received
         self._grippers_at_answer = [0, 0]  # the counts when the latest trajectory arrived
         self._episode_pub = self.create_publisher(String, "~/episode", EPISODE_QOS)
@@ -253,6 +255,7 @@ class AlohaSimNode(Node):
             try:
                 if kind == "arm":
                     self.driver.command_arm(arm, command)
+                    self._holding[arm] = len(command.times_s) <= 1
                 elif kind == "group":
                     self.driver.command_arm_positions(arm, command)
                     self.stats["stream_commands"] += 1
@@ -309,6 +312,7 @@ class AlohaSimNode(Node):
             self._inbox.clear()  # commands for the previous scene
             record = self.driver.start_next(self.v["query_every_steps"])
             self._answered_ns = [-1, -1]
+            self._holding = [False, False]
             self._stream_msgs_last_step = list(self._stream_msgs)
         if record is not None and self.on_episode_start is not None:
             self.on_episode_start(record)
@@ -323,6 +327,9 @@ class AlohaSimNode(Node):
         now_ns = d.time_ns
         query = d.step_count % v["query_every_steps"] == 0  # episodes start on this grid
         with self._cond:
+            # Commands that came since the last step first: a hold that replaced the running chunk (a refusal, a
+            # stop) ends its stream, so this step waits for no gripper command the policy no longer sends.
+            self._apply_inbox()
             streams_before = list(self._gripper_msgs)
             arrivals_before = list(self._arrivals)
             live = [n > b for n, b in zip(self._stream_msgs, self._stream_msgs_last_step)]  # a command the step before
@@ -360,7 +367,9 @@ class AlohaSimNode(Node):
 
         A trajectory for an older observation that arrives after the query also answers it (the policy ticked
         before this observation reached it): counted as ``stale_answers``."""
-        streaming = self.driver.trajectory_end_s() * 1e9 > now_ns + 1  # a chunk still runs: its stream too
+        # A chunk still runs: its stream too. A hold (the policy's answer to a refused chunk or a stop: one point
+        # per arm) streams nothing.
+        streaming = self.driver.trajectory_end_s() * 1e9 > now_ns + 1 and not all(self._holding)
         gripper_topics = self.v["gripper_command_topics"]
         wants_stream = [self.count_publishers(t) > 0 for t in gripper_topics]
 

@@ -61,6 +61,11 @@ def onednn_packs_bfloat16() -> bool:
     return onednn_bfloat16_refusal() is None
 
 
+def plain_bfloat16(dtype: str) -> bool:
+    """A bfloat16 model on a CPU without oneDNN's bfloat16 path: torch's own, slower, bfloat16 kernels."""
+    return dtype == "bfloat16" and onednn_bfloat16_refusal() is not None
+
+
 def native_bfloat16_cpu() -> bool:
     """bfloat16 products run natively: oneDNN has its bfloat16 path and the CPU a bfloat16 dot product."""
     return onednn_packs_bfloat16() and bool(NATIVE_BFLOAT16_FLAGS & cpu_flags())
