@@ -31,7 +31,7 @@ setup(
         (f"share/{package_name}/config/robots", glob("config/robots/*.yaml")),
     ],
     install_requires=["setuptools"],
-    # oxygen-sim eval --ray (requirements-ray.txt pins the version the tests run)
+    # oxygen-sim eval --ray, oxygen-replay eval --ray (requirements-ray.txt pins the version the tests run)
     extras_require={"ray": ["ray>=2.60,<3"]},
     zip_safe=True,
     maintainer="oxygen_ros developers",

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from oxygen_ros.cluster.args import add_ray_args, ray_refusal
+
 from .eval_defaults import DEFAULT_GAP_S, DEFAULT_WARN_S
 
 EXAMPLES = """examples:
@@ -30,7 +32,9 @@ def add_eval_parser(sub: Any, add_params: Any, add_common: Any) -> None:
                         "through the node's output chain (conversions, limits) and is compared over its horizon with the "
                         "bag's command topics (or the achieved joint states) at the instants its actions belong to.",
                         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    ev.add_argument("bag", help="input bag (.mcap, .db3 or rosbag2 folder)")
+    ev.add_argument("bags", nargs="+", metavar="BAG",
+                    help="input bag (.mcap, .db3 or rosbag2 folder); several, a folder of bags or a glob: each judged on "
+                    "its own and all together, in one report (with --ray: one Ray task per bag)")  # fmt: skip
     add_params(ev)
     ev.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
                     help="override one node parameter (YAML value), e.g. -p replan=tick (repeatable)")  # fmt: skip
@@ -52,6 +56,7 @@ def add_eval_parser(sub: Any, add_params: Any, add_common: Any) -> None:
                     "horizon step and dimension), joints.png, horizon.png "
                     "here (default: <bag>_eval next to the bag)")  # fmt: skip
     ev.add_argument("--no-plots", action="store_true", help="no PNGs")
+    add_ray_args(ev, "run each bag as a Ray task, one report for all")
     ev.add_argument("--episode-topic", default="/oxygen_sim_node/episode",
                     help="std_msgs/String episode events (JSON start/end): each episode judged on its own (default "
                     "%(default)s; without it, pauses in the joint states split the bag)")  # fmt: skip
@@ -65,21 +70,29 @@ def add_eval_parser(sub: Any, add_params: Any, add_common: Any) -> None:
 def cmd_eval(args: argparse.Namespace, load_config: Any, error: type[Exception]) -> int:
     from tqdm import tqdm
 
-    from .eval_plots import plot_horizon, plot_timelines
-    from .eval_report import print_comparison, print_inputs_and_episodes, print_table, write_steps_csv, write_ticks_csv
+    from .eval_report import print_comparison, print_inputs_and_episodes, print_table, print_warnings, write_files
     from .evaluate import EvalOptions, EvalReplay, compare
-    from .metrics import check_limits, parse_limits
+    from .metrics import judge, parse_limits
 
     try:
         max_mae, max_rmse = parse_limits(args.max_mae, "--max-mae"), parse_limits(args.max_rmse, "--max-rmse")
     except ValueError as exc:
         raise error(str(exc)) from None
-    out = Path(args.out) if args.out else _default_out(args.bag)
     if not (args.episode_gap > 0 and args.camera_offset_warn >= 0):
         raise error("--episode-gap must be > 0 and --camera-offset-warn >= 0 (seconds)")
+    if refusal := ray_refusal(args):
+        raise error(refusal)
     options = EvalOptions(against=args.against, seed=args.seed, remap=args.remap_map, episode_topic=args.episode_topic,
                           engine_mode=None if args.engine_mode == "file" else args.engine_mode,
                           episode_gap_s=args.episode_gap, camera_offset_warn_s=args.camera_offset_warn)  # fmt: skip
+    if args.ray is not None or len(args.bags) > 1 or not is_bag(args.bags[0]):
+        from .bags_cli import cmd_eval_bags
+
+        if args.compare:
+            raise error("--compare judges one bag: give one bag, without --ray")
+        return cmd_eval_bags(args, load_config(args.params_file, args.node_name), options, max_mae, max_rmse, error)
+    args.bag = args.bags[0]
+    out = Path(args.out) if args.out else _default_out(args.bag)
     runs = [(args.params_file, args.node_name)]
     if args.compare:
         runs.append((args.compare, args.compare_node_name))
@@ -100,33 +113,21 @@ def cmd_eval(args: argparse.Namespace, load_config: Any, error: type[Exception])
             replay.progress = progress
             summaries.append(replay.evaluate())
         tables.append(replay.table)
-    out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = dict(summaries[0])
-    files = {"ticks_csv": str(write_ticks_csv(tables[0], out / "ticks.csv")),
-             "steps_csv": str(write_steps_csv(tables[0], out / "steps.csv"))}
     labels = [Path(p or "defaults").stem for p, _ in runs]
+    if len(runs) == 2 and labels[0] == labels[1]:
+        labels = ["A", "B"]
+    result["files"] = write_files(tables, labels, summaries[0], out, not args.no_plots)
     if len(runs) == 2:
-        if labels[0] == labels[1]:
-            labels = ["A", "B"]
-        files["ticks_b_csv"] = str(write_ticks_csv(tables[1], out / "ticks_b.csv"))
         result["compare"] = {"params": summaries[1]["params"], "model": summaries[1]["model"],
                              **compare(summaries[0], summaries[1], args.scope), "b": summaries[1]}  # fmt: skip
-    if not args.no_plots:
-        files["joints_png"] = str(plot_timelines(tables, labels, out / "joints.png"))
-        files["horizon_png"] = str(plot_horizon(tables, labels, summaries[0]["executed_steps"], out / "horizon.png"))
-    result["files"] = files
-    failures = check_limits(summaries[0], {d: o for o, ds in summaries[0]["outputs"].items() for d in ds}, max_mae,
-                            max_rmse, args.scope)  # fmt: skip
+    verdict = judge(summaries[0], max_mae, max_rmse, args.scope)
+    failures, damage = verdict.failures, verdict.damage
     result["passed"] = not failures
     result["failures"] = [f.line(args.scope) for f in failures]
-    damage = damage_note(summaries[0]["damage"])
-    result["exit_code"] = 3 if damage else 1 if failures else 0
+    result["exit_code"] = verdict.exit_code
     (out / "summary.json").write_text(json.dumps(result, indent=1))
-    for warning in summaries[0]["warnings"]:
-        print(f"oxygen-replay: warning: {warning}", file=sys.stderr)
-    for dim, row in summaries[0]["dims"].items():
-        if row.get("unit_hint"):
-            print(f"oxygen-replay: warning: {dim}: units: {row['unit_hint']}", file=sys.stderr)
+    print_warnings(summaries[0])
     print_table(summaries[0], sys.stdout)
     print_inputs_and_episodes(summaries[0], sys.stdout)
     if len(runs) == 2:
@@ -134,17 +135,16 @@ def cmd_eval(args: argparse.Namespace, load_config: Any, error: type[Exception])
     for failure in failures:  # every dimension over its limit, worst first, one line each
         print(f"oxygen-replay: eval failed: {failure.line(args.scope)}", file=sys.stderr)
     if damage:
-        verdict = f"{len(failures)} dimensions over their limits" if failures else "within the thresholds"
-        print(f"oxygen-replay: eval judged a damaged bag ({damage}): {verdict} on what could be read (exit 3)", file=sys.stderr)
+        held = f"{len(failures)} dimensions over their limits" if failures else "within the thresholds"
+        print(f"oxygen-replay: eval judged a damaged bag ({damage}): {held} on what could be read (exit 3)", file=sys.stderr)
     print(json.dumps(result))
     return result["exit_code"]
 
 
-def damage_note(damage: dict[str, Any]) -> str:
-    """What was lost of a bag judged anyway ("" for an intact one)."""
-    parts = (["truncated: read up to the damage"] if damage["truncated"] else []) + (
-        [f"{damage['undecodable_messages']} messages that do not decode"] if damage["undecodable_messages"] else [])
-    return "; ".join(parts)
+def is_bag(path: str) -> bool:
+    """A bag file, or a rosbag2 folder (its metadata.yaml); not a folder of bags, nor a glob."""
+    p = Path(path)
+    return (p.is_dir() and (p / "metadata.yaml").is_file()) or (not p.is_dir() and not any(c in path for c in "*?["))
 
 
 def _default_out(bag: str) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -52,6 +53,30 @@ def write_steps_csv(table: ErrorTable, path: Path) -> Path:
     return path
 
 
+def write_files(tables: list[ErrorTable], labels: list[str], summary: Mapping[str, Any], out: Path, plots: bool) -> dict[str, str]:
+    """ticks.csv and steps.csv of the first table (ticks_b.csv of a second), the PNGs unless not ``plots``."""
+    from .eval_plots import plot_horizon, plot_timelines
+
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"ticks_csv": str(write_ticks_csv(tables[0], out / "ticks.csv")),
+             "steps_csv": str(write_steps_csv(tables[0], out / "steps.csv"))}
+    if len(tables) == 2:
+        files["ticks_b_csv"] = str(write_ticks_csv(tables[1], out / "ticks_b.csv"))
+    if plots:
+        files["joints_png"] = str(plot_timelines(tables, labels, out / "joints.png"))
+        files["horizon_png"] = str(plot_horizon(tables, labels, summary["executed_steps"], out / "horizon.png"))
+    return files
+
+
+def print_warnings(summary: Mapping[str, Any], prefix: str = "") -> None:
+    """An evaluation's warnings and unit hints on stderr."""
+    for warning in summary["warnings"]:
+        print(f"oxygen-replay: warning: {prefix}{warning}", file=sys.stderr)
+    for dim, row in summary["dims"].items():
+        if row.get("unit_hint"):
+            print(f"oxygen-replay: warning: {prefix}{dim}: units: {row['unit_hint']}", file=sys.stderr)
+
+
 def _cell(value: float) -> str:
     return "" if not np.isfinite(value) else f"{value:.6g}"
 
@@ -76,6 +101,11 @@ def print_table(summary: Mapping[str, Any], out: TextIO) -> None:
     print(f"  {summary['chunks']} chunks of {summary['horizon']} steps, {summary['executed_steps']} executed "
           f"(replan {summary['replan']}), seed {summary['seed']}", file=out)  # fmt: skip
     print(f"  guard: {safety_line(summary.get('safety', {}))}", file=out)
+    print_dims(summary, out)
+
+
+def print_dims(summary: Mapping[str, Any], out: TextIO) -> None:
+    """The per-dimension rows of an evaluation's summary (one bag's, or several bags' together)."""
     width = max(len(d) for d in summary["dims"]) + 2
     print(f"  {'dimension':<{width}} {'exec MAE':>9} {'exec RMSE':>9} {'exec max':>9} {'MAE':>9} {'RMSE':>9} {'max':>9}  open/closed agree (exec / all)",
           file=out)  # fmt: skip

@@ -211,3 +211,44 @@ def check_limits(summary: Mapping, outputs_of: Mapping[str, str], max_mae: Mappi
             if limit is not None and value is not None and value > limit:
                 failures.append(Failure(dim, metric, value, limit, row["worst_tick"][scope], row.get("unit_hint")))
     return sorted(failures, key=lambda f: -f.ratio)
+
+
+def merged(tables: Sequence[ErrorTable]) -> tuple[ErrorTable, list[tuple[int, int]]]:
+    """Several bags' tables (the same dimensions) as one, for figures over all of them; its episodes are
+    numbered on, and the second value gives, per merged episode, (the table's index, its own episode)."""
+    out = ErrorTable(tables[0].dims, tables[0].grippers)
+    origin: list[tuple[int, int]] = []
+    for t, table in enumerate(tables):
+        renumber: dict[int, int] = {}
+        for e in sorted(set(table.episodes)):
+            renumber[e] = len(origin)
+            origin.append((t, e))
+        for name in ("ticks", "times_s", "targets_s", "predicted", "reference", "executed"):
+            getattr(out, name).extend(getattr(table, name))
+        out.episodes.extend(renumber[e] for e in table.episodes)
+    return out, origin
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One evaluation judged: the dimensions over their limits (worst first), what was lost of a damaged bag
+    ("" for an intact one) and the exit code (3 damaged, else 1 over a limit, else 0)."""
+
+    failures: list[Failure]
+    damage: str
+    exit_code: int
+
+
+def judge(summary: Mapping, max_mae: Mapping[str, float], max_rmse: Mapping[str, float], scope: str) -> Verdict:
+    """The thresholds applied to an evaluation's summary, and its damage."""
+    outputs_of = {d: o for o, ds in summary.get("outputs", {}).items() for d in ds}
+    failures = check_limits(summary, outputs_of, max_mae, max_rmse, scope)
+    damage = damage_note(summary["damage"]) if "damage" in summary else ""
+    return Verdict(failures, damage, 3 if damage else 1 if failures else 0)
+
+
+def damage_note(damage: Mapping) -> str:
+    """What was lost of a bag judged anyway ("" for an intact one)."""
+    parts = (["truncated: read up to the damage"] if damage["truncated"] else []) + (
+        [f"{damage['undecodable_messages']} messages that do not decode"] if damage["undecodable_messages"] else [])
+    return "; ".join(parts)

@@ -8,12 +8,15 @@ colcon and pip install the package's data files) and under the source checkout t
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
 
-__all__ = ["PATH_FIELDS", "package_dirs", "resolve_data_path", "where_looked", "with_resolved_paths"]
+Config = TypeVar("Config")
+
+__all__ = ["PATH_FIELDS", "package_dirs", "resolve_data_path", "where_looked", "with_absolute_paths", "with_resolved_paths"]
 
 PACKAGE = "oxygen_ros"
 PATH_FIELDS = ("checkpoint", "tokenizer", "norm_stats")  # RuntimeConfig fields that name files
@@ -52,3 +55,11 @@ def where_looked(path: str) -> str:
 def with_resolved_paths(values: Mapping[str, Any], *first: Path) -> dict[str, Any]:
     """Parameter values with the model file paths (`PATH_FIELDS`) resolved by `resolve_data_path`."""
     return {k: resolve_data_path(v, *first) if k in PATH_FIELDS and isinstance(v, str) else v for k, v in values.items()}
+
+
+def with_absolute_paths(config: Config) -> Config:
+    """A configuration dataclass with its existing model file paths (`PATH_FIELDS`) made absolute: for a process
+    whose working directory is not this one's (a Ray task on another node that sees the same paths)."""
+    found = {f: str(Path(v).expanduser().resolve()) for f in PATH_FIELDS
+             if isinstance(v := getattr(config, f, None), str) and v and Path(v).expanduser().exists()}  # fmt: skip
+    return dataclasses.replace(config, **found)  # type: ignore[type-var]

@@ -4,11 +4,11 @@ that ``--help`` and a refused command line answer at once (``oxygen_ros.sim.cli`
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import logging
 import sys
 from pathlib import Path
 
+from oxygen_ros.cluster.args import add_ray_args, ray_refusal
 from oxygen_ros.runtime.alignment import REPLAN
 
 from .cli_common import DEFAULT_PARAMS, ROOT
@@ -120,28 +120,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_ray_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
-                        help="table-top: run the episodes as Ray tasks (pip install .[ray]): on the cluster at ADDRESS "
-                        "(host:port, or auto: the one this machine is part of), or, without ADDRESS, on a cluster of "
-                        "this machine started for the run; per-episode records equal one machine's (docs/scale.md)")
-    parser.add_argument("--ray-cpus", type=float, default=1.0, help="--ray: CPUs per task (default %(default)s)")
-    parser.add_argument("--ray-gpus", type=float, default=0.0, help="--ray: GPUs per task (default %(default)s)")
+    add_ray_args(parser, "table-top: run the episodes as Ray tasks, per-episode records equal to one machine's")
     parser.add_argument("--ray-shards", type=int, help="--ray: tasks the episodes are split into, each loading one "
                         "engine (default: the cluster's CPUs / --ray-cpus, at most one per episode)")
 
 
 def _ray_refusal(args: argparse.Namespace) -> str | None:
     """Why the command line's Ray options cannot run (None: they can, or there are none)."""
+    if refusal := ray_refusal(args, args.ray_shards is not None, "--ray-shards"):
+        return refusal
     if args.ray is None:
-        if args.ray_shards is not None or args.ray_cpus != 1.0 or args.ray_gpus != 0.0:
-            return "--ray-cpus, --ray-gpus and --ray-shards go with --ray"
         return None
     if args.env != "tabletop" or args.through_node:
         return "--ray runs the table-top evaluation (--env tabletop); the ALOHA evaluation runs on one machine"
-    if args.ray_cpus <= 0 or args.ray_gpus < 0 or (args.ray_shards is not None and args.ray_shards < 1):
-        return "--ray-cpus must be > 0, --ray-gpus >= 0, --ray-shards >= 1"
-    if importlib.util.find_spec("ray") is None:
-        return "--ray needs Ray, an optional extra: pip install .[ray] (scripts/setup.sh installs it)"
+    if args.ray_shards is not None and args.ray_shards < 1:
+        return "--ray-shards >= 1"
     return None
 
 

@@ -8,9 +8,9 @@ Three CPU kinds behave differently:
   for every product; ``auto`` keeps float32.
 * AVX2 only: oneDNN has no bfloat16 path at all (``mkldnn._reorder_linear_weight`` raises "bf16 path needs the
   cpu support avx_ne_convert or avx512bw, avx512vl and avx512dq"); torch's own bfloat16 kernels still run, but
-  the bench preset's prefill, chunk and decode step take several times their float32 time
-  (docs/performance.md, "What to expect"), so ``auto`` takes float32 and an explicit bfloat16 runs plain
-  bfloat16 products with one line saying so.
+  the bench preset's prefill, chunk and decode step take 3-6.5x their float32 time (docs/performance.md,
+  "bfloat16 or float32 on each CPU kind"), so ``auto`` takes float32 and an explicit bfloat16 runs plain
+  bfloat16 products with one warning saying so.
 
 The probe is a real pack and product of a tiny weight, so it follows what this torch build and its oneDNN
 allow on this processor, including the caps ``ONEDNN_MAX_CPU_ISA`` and ``ATEN_CPU_CAPABILITY`` put on them
@@ -100,4 +100,4 @@ def cpu_dtype_line(requested: str, dtype: str) -> str:
         return (f"dtype {requested}: bfloat16 products in oneDNN, {native} ({isa_summary()}); decode weights "
                 f"packed as pack_decode_weights says")
     return (f"dtype bfloat16: plain bfloat16 products in torch's own kernels, nothing packed ({isa_summary()}): "
-            f"{why}; on such a CPU bfloat16 runs several times slower than float32 (dtype auto picks float32)")
+            f"{why}; bfloat16 takes 3-6.5x float32's time on such a CPU (dtype auto picks float32)")
