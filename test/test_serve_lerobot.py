@@ -164,3 +164,14 @@ def test_api_key_and_a_vanished_client_frees_its_slot(so101: tuple[Path, dict], 
         assert len(second.actions()) == REF_TINY.action_horizon
         second.close()
     assert "silent for 1 s" in served.log
+
+
+def test_the_fleet_benchmarks_lerobot_clients_are_served(so101: tuple[Path, dict], tmp_path: Path) -> None:
+    from oxygen_ros.serve.bench import measure
+    from oxygen_ros.serve.lerobot.bench_client import lerobot_client, robot_description
+
+    params, _ = so101
+    with oxygen_serve(params, "--max-clients", "2", protocol="lerobot", log_dir=tmp_path) as served:
+        rate, p50, p95 = measure(served.port, robot_description(str(params)), 2, 2.0, lerobot_client, start_s=30.0)
+    assert rate > 0 and 0 < p50 <= p95
+    assert "refused" not in served.log

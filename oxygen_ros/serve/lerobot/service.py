@@ -29,7 +29,7 @@ from ..scheduler import FleetScheduler
 from . import services_pb2 as pb
 from . import services_pb2_grpc as pb_grpc
 from .binding import RobotBinding, ServedPolicy, SetupRefused, bind
-from .pickles import PickleRefused, PolicySetup, TimedAction, TimedObservation, dumps_actions, load_as
+from .pickles import PickleRefused, PolicySetup, TimedAction, TimedObservation, dumps_lerobot, load_as
 from .transfer import TransferError, receive_chunks
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ class AsyncInferenceService(pb_grpc.AsyncInferenceServicer):
         log.info("client %s left (robot %r, %s; %d connected)", client.peer, client.robot or "robot0", why,
                  len(self._clients))  # fmt: skip
 
-    # --------------------------------------------------------------------------------------- helpers
+    # ----------------------------------------------------------------------------------- shared steps
     def _refuse(self, context: grpc.ServicerContext, code: grpc.StatusCode, kind: str, why: str) -> Any:
         self.stats.count(f"lerobot.refused.{kind}")
         log.warning("refused %s from %s: %s", kind, context.peer(), why)
@@ -208,7 +208,7 @@ class AsyncInferenceService(pb_grpc.AsyncInferenceServicer):
         except Exception as exc:  # noqa: BLE001 - the engine's failure goes to this client, the server goes on
             self._refuse(context, grpc.StatusCode.INTERNAL, "engine", f"{type(exc).__name__}: {exc}")
         self.stats.count("requests")
-        return pb.Actions(data=dumps_actions(self._timed_actions(timed, reply["actions"], client.binding)))  # type: ignore[arg-type]
+        return pb.Actions(data=dumps_lerobot(self._timed_actions(timed, reply["actions"], client.binding)))  # type: ignore[arg-type]
 
     def _timed_actions(self, timed: TimedObservation, actions: np.ndarray, binding: RobotBinding) -> list[TimedAction]:
         chunk = torch.as_tensor(np.asarray(actions[: binding.actions_per_chunk], dtype=np.float32))
