@@ -80,6 +80,7 @@ def test_robots_get_the_runtimes_chunk_for_their_observation(so101: tuple[Path, 
         for client in clients:
             client.close()
     for actions in chunks:
+        assert isinstance(actions[0].text, dict) and all(a.text is None for a in actions[1:])  # text beside actions
         assert [a.timestep for a in actions] == list(range(17, 23))
         np.testing.assert_allclose([a.timestamp for a in actions], 500.0 + np.arange(6) / 30.0)
         assert all(a.action.dtype.is_floating_point and a.action.shape == (6,) for a in actions)

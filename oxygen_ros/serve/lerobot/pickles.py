@@ -65,6 +65,7 @@ class TimedAction:
         self.timestamp = timestamp
         self.timestep = timestep
         self.action = action
+        self.text: dict[str, Any] | None = None  # the robot's text tasks' latest (set on a chunk's first action)
 
 
 class _ArrayClass:
