@@ -5,11 +5,13 @@ actions are replaced: random steps up to a fifth of a joint's range beyond it, v
 their limits, a NaN burst, a chunk far out of every range and a model that freezes past its deadline. A stand-in
 robot follows what it is commanded (a trajectory as a joint trajectory controller samples it, a position
 command at once, velocities integrated) and publishes its joint states. A checker on every command topic holds
-each command against the limits and the measured state at its arrival; the holds and the stop input are timed.
+each command against the limits and the measured state when the node sent it (DDS's source timestamp: on a busy
+machine this process may read a command long after); the holds and the stop input are timed by those send times.
 """
 
 from __future__ import annotations
 
+import bisect
 import collections
 import dataclasses
 import math
@@ -45,9 +47,11 @@ RELIABLE = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
 # latest measurement may be that old on a loaded machine: DDS delivery and the executor's turn).
 MEASURED_WITHIN_S = 0.5
 # The node and this checker share one executor (and the machine its cores): a command is seen when the executor
-# gets to it. The delays measured are printed; this is the slack the assertions allow on a loaded machine.
+# gets to it. The delays measured are printed; this is the slack the assertions allow on a loaded machine, plus
+# how late the executor measurably was around the event (`Lateness`: on a busy machine, seconds at times).
 EXECUTOR_TURN_S = 0.25
 TOL = 1e-6
+HISTORY_S = 10.0  # how long the stand-in robot keeps what it published
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 # The model's outputs, one entry per chunk it is asked for (then "wild" again until the test ends).
 SCHEDULE = ["wild"] * 5 + ["nan"] + ["wild"] * 3 + ["far"] + ["wild"] * 3 + ["freeze"] + ["wild"] * 3
@@ -183,7 +187,7 @@ class Robot:
         with self._lock:
             state = dict(self.q)
             self.history.append((time.monotonic(), state))
-            while self.history and self.history[0][0] < time.monotonic() - 2 * MEASURED_WITHIN_S:
+            while self.history and self.history[0][0] < time.monotonic() - HISTORY_S:
                 self.history.popleft()
         return state
 
@@ -223,17 +227,36 @@ class Robot:
                         self.q[n] = float(np.interp(now_ns, ts, ps[:, j]))
 
 
+class Lateness:
+    """When this process ran the test's publishing (every ``every_s`` when the executor keeps up): a gap beyond
+    ``every_s`` is time when neither the robot, nor the checker, nor the node's callbacks got their turn."""
+
+    def __init__(self, every_s: float) -> None:
+        self.every_s = every_s
+        self.calls: list[float] = []
+
+    def tick(self) -> None:
+        self.calls.append(time.monotonic())
+
+    def within(self, t0: float, t1: float) -> float:
+        """The longest stall of the executor between ``t0`` and ``t1`` (seconds beyond its period; 0 when on time)."""
+        i = max(0, bisect.bisect_left(self.calls, t0) - 1)
+        times = [*self.calls[i : bisect.bisect_right(self.calls, t1)], min(t1, time.monotonic())]
+        return max([0.0, *(b - a - self.every_s for a, b in zip(times, times[1:]))])
+
+
 @dataclasses.dataclass
 class Checked:
     commands: int = 0
-    holds: list[tuple[str, float]] = dataclasses.field(default_factory=list)  # (output, arrival)
-    moving: list[tuple[str, float]] = dataclasses.field(default_factory=list)  # non-hold commands (output, arrival)
+    holds: list[tuple[str, float]] = dataclasses.field(default_factory=list)  # (output, time the node sent it)
+    moving: list[tuple[str, float]] = dataclasses.field(default_factory=list)  # non-hold commands (output, time the node sent it)
     violations: list[str] = dataclasses.field(default_factory=list)
 
 
-def checker(driver: Any, s: S.NodeSettings, robot: Robot, out: Checked) -> list[Any]:
+def checker(driver: Any, s: S.NodeSettings, robot: Robot, out: Checked, late: Lateness) -> list[Any]:
     subs = []
-    jitter = s.step_period_s  # two commands sent a step apart may arrive closer together: one step of slack
+    jitter = s.step_period_s  # the node's clock and its send times may differ by a step at most
+
     for spec in s.outputs:
         lim = s.limits[spec.name]
         vmax, dmax, lo, hi = (np.array(a) for a in lim.arrays())
@@ -242,8 +265,12 @@ def checker(driver: Any, s: S.NodeSettings, robot: Robot, out: Checked) -> list[
         def bad(msg: str, spec=spec) -> None:  # noqa: ANN001
             out.violations.append(f"{spec.name} at {time.monotonic():.3f}: {msg}")
 
-        def on_msg(msg: Any, spec=spec, lim=lim, vmax=vmax, dmax=dmax, lo=lo, hi=hi, last=last, bad=bad) -> None:  # noqa: ANN001
-            t = time.monotonic()
+        def on_msg(msg: Any, info: Any, spec=spec, lim=lim, vmax=vmax, dmax=dmax, lo=lo, hi=hi, last=last, bad=bad) -> None:  # noqa: ANN001
+            # Commands are judged at the time the node sent them (DDS's source timestamp, on this machine's clock):
+            # on a busy machine this executor may get to a message a second after it was sent.
+            arrived = time.monotonic()
+            sent_ns = int(info.get("source_timestamp", 0))
+            t = arrived - max(0.0, (time.time_ns() - sent_ns) / 1e9) if sent_ns > 0 else arrived
             now_ns = driver.get_clock().now().nanoseconds
             measured = robot.now(spec.joints)
             out.commands += 1
@@ -256,7 +283,7 @@ def checker(driver: Any, s: S.NodeSettings, robot: Robot, out: Checked) -> list[
                     bad(f"trajectory out of range: {pts.min(0)} .. {pts.max(0)}")
                 if len(pts) > 1 and np.any(np.abs(np.diff(pts, axis=0)) > vmax * np.diff(times)[:, None] / 1e9 + TOL):
                     bad("trajectory faster than max_velocity")
-                if measured is not None and len(pts) and not robot.was_near(spec.joints, pts, dmax, t - MEASURED_WITHIN_S):
+                if measured is not None and len(pts) and not robot.was_near(spec.joints, pts, dmax, t - MEASURED_WITHIN_S - late.within(t - HISTORY_S, t)):
                     bad(f"a point of {len(pts)} beyond max_distance of the measured {measured}: {pts}")
                 hold = len(pts) == 1
                 stamp = stamp_to_ns(msg.header.stamp) or now_ns
@@ -283,7 +310,7 @@ def checker(driver: Any, s: S.NodeSettings, robot: Robot, out: Checked) -> list[
                 else:
                     if np.any(v < lo - TOL) or np.any(v > hi + TOL):
                         bad(f"position {v} out of range")
-                    if measured is not None and not robot.was_near(spec.joints, v, dmax, t - MEASURED_WITHIN_S):
+                    if measured is not None and not robot.was_near(spec.joints, v, dmax, t - MEASURED_WITHIN_S - late.within(t - HISTORY_S, t)):
                         bad(f"position {v} beyond max_distance of the measured {measured}")
                     if "v" in last and np.any(np.abs(v - last["v"]) > vmax * (dt + jitter) + TOL):
                         bad(f"position step {v - last['v']} in {dt:.3f} s beyond max_velocity {last.get('log')} now {v} {measured}")
@@ -317,7 +344,8 @@ def test_a_wild_model_never_breaks_a_limit(ros_context, tmp_path: Path, robot_na
     executor.add_node(node)
     robot = Robot(rest)
     checked = Checked()
-    subs = checker(driver, settings, robot, checked)
+    late = Lateness(min(0.02, period / 2))
+    subs = checker(driver, settings, robot, checked, late)
     statuses: list[tuple[str, dict[str, str]]] = []  # the safety status: its message and values
     driver.create_subscription(DiagnosticArray, "/diagnostics", lambda m: statuses.extend(
         (st.message, {kv.key: kv.value for kv in st.values}) for st in m.status if st.name.endswith("safety")), RELIABLE)  # fmt: skip
@@ -330,6 +358,7 @@ def test_a_wild_model_never_breaks_a_limit(ros_context, tmp_path: Path, robot_na
     assert wait_for_match(executor, [*cams, *subs])
 
     def publish() -> None:
+        late.tick()
         now = driver.get_clock().now().nanoseconds
         robot.advance(now)
         for cam in cams:
@@ -341,7 +370,7 @@ def test_a_wild_model_never_breaks_a_limit(ros_context, tmp_path: Path, robot_na
             msg.header.stamp = ns_to_stamp(now)
             pub.publish(msg)
 
-    every = (min(0.02, period / 2), publish)
+    every = (late.every_s, publish)
     try:
         assert spin_until(executor, lambda: len(seen.kinds) >= len(SCHEDULE), timeout=120, every=every)
         # The stop input: set (latched topic), commands stop within a period while the model goes on; cleared
@@ -351,8 +380,8 @@ def test_a_wild_model_never_breaks_a_limit(ros_context, tmp_path: Path, robot_na
         chunks_at_stop = len(seen.kinds)
         spin_for(executor, max(1.5, 3 * deadline), every)
         assert len(seen.kinds) > chunks_at_stop  # the model went on
-        assert set_stop.wait_for_service(timeout_sec=5.0)
-        for _attempt in range(3):  # a reply can be lost while the service's reply writer still discovers the client
+        assert set_stop.wait_for_service(timeout_sec=30.0)
+        for _attempt in range(12):  # a reply can be lost while the service's reply writer still discovers the client
             future = set_stop.call_async(SetBool.Request(data=False))
             if spin_until(executor, future.done, timeout=5, every=every):
                 break
@@ -368,29 +397,40 @@ def test_a_wild_model_never_breaks_a_limit(ros_context, tmp_path: Path, robot_na
     assert not checked.violations, "\n".join(checked.violations[:10]) + f"\nchunks: {timeline}; stop@{t_stop:.3f} clear@{t_clear:.3f}"
     assert checked.commands > 20 and checked.moving
     holding = [s.name for s in settings.outputs if s.type != "float64_array" or s.interface == "velocity" or s.joints[0] in rest]
+    def slack(t: float) -> float:  # what the executor's turn may add to a delay measured from t
+        return EXECUTOR_TURN_S + late.within(t - 0.5, t + period + 2.0)
+
     # A NaN burst and a chunk far out of range: every output holds within one control period.
+    already_held: set[str] = set()  # the bad chunks that came while every output already held (nothing new to send)
     for kind in ("nan", "far") if seen.refused else ("nan",):
         t_bad = seen.at[seen.kinds.index(kind)]
         for name in holding:
             before = [(t, "hold") for o, t in checked.holds if o == name and t < t_bad]
             before += [(t, "moving") for o, t in checked.moving if o == name and t < t_bad]
             if before and max(before)[1] == "hold":
+                already_held.add(kind)
                 continue  # already holding (the chunk before was late, or the model stalled): nothing new to send
             delays = [t - t_bad for o, t in checked.holds if o == name and t >= t_bad]
-            assert delays and delays[0] <= period + EXECUTOR_TURN_S, (kind, name, delays[:3])
+            assert delays and delays[0] <= period + slack(t_bad), (kind, name, delays[:3], slack(t_bad))
     # A frozen model: held within one period of its deadline (the last chunk came one chunk period before).
     t_freeze = seen.at[seen.kinds.index("freeze") - 1]
     for name in holding:
+        before = [(t, "hold") for o, t in checked.holds if o == name and t <= t_freeze]
+        before += [(t, "moving") for o, t in checked.moving if o == name and t <= t_freeze]
+        if before and max(before)[1] == "hold":
+            continue  # the chunk before the freeze commanded nothing (late on a busy machine): nothing to hold anew
         assert any(o == name and t_freeze < t <= t_freeze + deadline + n_steps * settings.step_period_s + period + 0.05
-                   for o, t in checked.holds), ("freeze", name)  # fmt: skip
+                   + late.within(t_freeze, t_freeze + deadline + 1.0) for o, t in checked.holds), ("freeze", name)  # fmt: skip
     # The stop: every output holds within one period, nothing moves until it is cleared.
     for name in holding:
-        assert any(o == name and t_stop <= t <= t_stop + period + EXECUTOR_TURN_S for o, t in checked.holds), ("stop", name)
-    assert not [(o, t) for o, t in checked.moving if t_stop + period + EXECUTOR_TURN_S < t < t_clear]
+        assert any(o == name and t_stop <= t <= t_stop + period + slack(t_stop) for o, t in checked.holds), ("stop", name, slack(t_stop))
+    assert not [(o, t) for o, t in checked.moving if t_stop + period + slack(t_stop) < t < t_clear]
     # /diagnostics: HOLD and STOP said while they last; the holds counted by kind, the limit hits by output and joint.
     assert any(m.startswith("HOLD") for m, _ in statuses) and any(m.startswith("STOP") for m, _ in statuses)
     final = statuses[-1][1]
-    assert int(final.get("holds/bad_output", 0)) >= 1 and int(final.get("holds/model_stall", 0)) >= 1
+    # (a hold is counted when it starts: a bad chunk that came while the outputs held for a stall starts none)
+    assert int(final.get("holds/bad_output", 0)) >= (0 if "nan" in already_held else 1)
+    assert int(final.get("holds/model_stall", 0)) >= 1
     assert any(k.startswith("limit/") for k in final)
     # every refused chunk counted by output, joint and reason (the NaN bursts at least)
     assert int(final["refused_chunks"]) >= 1 and any(k.startswith("refused/") and k.endswith("/non_finite") for k in final)
@@ -398,5 +438,6 @@ def test_a_wild_model_never_breaks_a_limit(ros_context, tmp_path: Path, robot_na
                         default=None) for kind in ("nan", "far")}  # fmt: skip
     print(f"\nwild model on {robot_name}: {checked.commands} commands checked, {len(checked.violations)} beyond a limit; "
           f"first hold {1e3 * delays['nan']:.1f} ms after the NaN chunk (control period {1e3 * period:.0f} ms); "
+          f"the executor's longest stall {1e3 * late.within(0, time.monotonic()):.0f} ms; "
           f"limit hits {sum(int(v) for k, v in final.items() if k.startswith('limit/'))}; holds "
           f"{ {k[6:]: int(v) for k, v in final.items() if k.startswith('holds/')} }")

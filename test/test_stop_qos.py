@@ -80,13 +80,19 @@ def test_a_stop_from_a_volatile_or_a_latched_publisher_stops_the_node(ros_contex
         def logged(text: str) -> bool:
             return text in proc.output() or not proc.running
 
-        # 1. The latched stop set before the node started: chunks come (the model goes on), no command moves.
+        # 1. The latched stop set before the node started: chunks come (the model goes on), commands hold at the
+        # latest one control period after the first (its history arrives as discovery completes: on a busy machine
+        # the first chunk may be quicker).
         assert spin_until(executor, lambda: logged("STOP set by the stop topic"), 120, every=every), proc.output()[-3000:]
         assert spin_until(executor, lambda: len(chunks) >= 5 or not proc.running, 60, every=every), proc.output()[-3000:]
-        assert not moving_since(0.0) and proc.running, proc.output()[-3000:]
+        first_command = min(commands.times, default=float("inf"))
+        early = [t - first_command for t in moving_since(0.0)]
+        assert all(t <= CONTROL_PERIOD_S + DELIVERY_SLACK_S for t in early) and proc.running, (early, proc.output()[-3000:])
+        assert not moving_since(first_command + CONTROL_PERIOD_S + DELIVERY_SLACK_S)
         # 2. Cleared by the latched publisher, heard live: commands move again.
         latched.publish(Bool(data=False))
-        assert spin_until(executor, lambda: bool(moving_since(0.0)) or not proc.running, 30, every=every), proc.output()[-3000:]
+        t_cleared = time.monotonic()
+        assert spin_until(executor, lambda: bool(moving_since(t_cleared)) or not proc.running, 30, every=every), proc.output()[-3000:]
         # 3. A volatile publisher made when needed, as `ros2 topic pub --once` does: matched, one message.
         volatile = node.create_publisher(Bool, TOPIC, VOLATILE)
         assert wait_for_match(executor, [volatile], timeout=30), proc.output()[-3000:]
@@ -113,7 +119,9 @@ def test_a_stop_from_a_volatile_or_a_latched_publisher_stops_the_node(ros_contex
         proc.close()
         executor.shutdown()
         node.destroy_node()
-    print(f"\nvolatile stop: first hold {1e3 * stop_s:.0f} ms after publishing (control period {1e3 * CONTROL_PERIOD_S:.0f} ms)")
+    print(f"\nlatched stop set before start: {len(early)} moving commands before it held, within "
+          f"{1e3 * max(early, default=0.0):.0f} ms of the first")
+    print(f"volatile stop: first hold {1e3 * stop_s:.0f} ms after publishing (control period {1e3 * CONTROL_PERIOD_S:.0f} ms)")
     assert stop_s <= CONTROL_PERIOD_S + DELIVERY_SLACK_S, stop_s
     assert not late_moving, late_moving
     assert log.count("STOP set by the stop topic") == 2 and log.count("STOP cleared by the stop topic") == 2, log[-3000:]

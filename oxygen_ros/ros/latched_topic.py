@@ -13,7 +13,9 @@ graph; when a latched publisher appears whose history is unread and no volatile 
 the reader is created, and it is destroyed as soon as it delivered a message, or after `HISTORY_WINDOW_S`,
 or when a volatile publisher shows up. A latched publisher that appears beside a volatile one is heard live
 only — unless `history_beside_volatile` (the stop: a stop set before the node started must count even while a
-joystick's volatile publisher is on the topic; that publisher then logs the warning once per latched publisher).
+joystick's volatile publisher is on the topic; that publisher then logs the warning once per latched publisher),
+and the reader is also open for `HISTORY_WINDOW_S` from the start, so that a stop latched before the node
+started arrives as discovery matches, before the first command can go out.
 
 A best-effort publisher matches no reliable reader: `on_incompatible` is called (rclpy's incompatible-QoS event)
 so that the node says so rather than stay deaf in silence.
@@ -58,6 +60,8 @@ class LiveAndLatchedSubscription:
         self._read: set[bytes] = set()  # latched publishers whose history was read (or cannot be, beside a volatile one)
         self._timer = node.create_timer(GRAPH_CHECK_S, self._check_graph, callback_group=callback_group,
                                         clock=Clock(clock_type=ClockType.STEADY_TIME))  # fmt: skip
+        if history_beside_volatile:  # (the stop) read a latched history from the start, not after a look at the graph:
+            self._open_history()  # the message arrives as discovery matches, before the first command can go out
 
     @property
     def reading_history(self) -> bool:
@@ -71,16 +75,21 @@ class LiveAndLatchedSubscription:
             self._history_age_s += GRAPH_CHECK_S
             if (volatile and not self.history_beside_volatile) or self._history_delivered \
                     or self._history_age_s >= HISTORY_WINDOW_S:
-                self._drop_history()
+                self._drop_history()  # (a latched publisher not marked read gets a reader at the next look)
+            else:
+                self._read |= unread  # matched by the open reader: their history comes to it
             return
         if unread and volatile and not self.history_beside_volatile:
             self._read |= unread  # heard live by the volatile reader; its history would cost a false warning
         elif unread:
             self._read |= unread
-            self._history_age_s, self._history_delivered = 0.0, False
-            quiet = SubscriptionEventCallbacks(incompatible_qos=lambda _event: None)
-            self._history = self.node.create_subscription(self.msg_type, self.topic, self._on_history, HISTORY_QOS,
-                                                          callback_group=self._group, event_callbacks=quiet)  # fmt: skip
+            self._open_history()
+
+    def _open_history(self) -> None:
+        self._history_age_s, self._history_delivered = 0.0, False
+        quiet = SubscriptionEventCallbacks(incompatible_qos=lambda _event: None)
+        self._history = self.node.create_subscription(self.msg_type, self.topic, self._on_history, HISTORY_QOS,
+                                                      callback_group=self._group, event_callbacks=quiet)  # fmt: skip
 
     def _on_history(self, msg: Any, info: Any) -> None:
         self._history_delivered = True
