@@ -87,6 +87,13 @@ def test_the_installed_share_folder_holds_the_demo_models(installed: Path, model
     assert f"checkpoint: models/{model}" in (share / "config" / config).read_text()
 
 
+def test_the_installed_demo_config_finds_its_statistics(installed: Path) -> None:
+    """config/demo.yaml names config/demo_norm_stats.json (its random model's actions into the arm's ranges)."""
+    share = installed / "share" / "oxygen_ros" / "config"
+    assert "norm_stats: config/demo_norm_stats.json" in (share / "demo.yaml").read_text()
+    assert (share / "demo_norm_stats.json").read_text() == (REPO / "config" / "demo_norm_stats.json").read_text()
+
+
 def test_the_installed_aloha_config_runs_from_any_directory(installed: Path, tmp_path: Path) -> None:
     """The installed config/aloha_demo.yaml finds the installed models/aloha from a directory outside the checkout."""
     from aloha_available import aloha_problem
