@@ -84,3 +84,28 @@ def test_unknown_name_is_refused_with_the_known_ones(capsys) -> None:
     with pytest.raises(SystemExit) as exit_info:
         extra_envs.main(["make", "no-such-env"])
     assert exit_info.value.code == 2 and "known: openpi-client-0.1.1" in capsys.readouterr().err
+
+
+def test_an_environment_made_with_another_python_version(cache: Path) -> None:
+    """A venv made with the Python it names (pyenv's or PATH's); a machine without that version skips with a
+    reason test/allowed_skips.txt allows, and making it fails saying so (not as a failed install)."""
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    env = extra_envs.ExtraEnv(name="versioned", folder="versioned", requirements=(), used_by="this test",
+                              probe=f"import sys; sys.exit(sys.version_info[:2] != ({here.replace('.', ', ')}))",
+                              python=here)  # fmt: skip
+    assert extra_envs.find_python(here) is not None
+    assert extra_envs.make(env) == "made" and extra_envs.problem(env) is None
+    missing = dataclasses.replace(env, name="old", folder="old", python="2.1")
+    assert extra_envs.find_python("2.1") is None
+    assert extra_envs.problem(missing).startswith(extra_envs.NO_PYTHON)
+    allowed = extra_envs_allowed()
+    assert any(extra_envs.problem(missing).startswith(prefix) for prefix in allowed)
+    with pytest.raises(RuntimeError, match="this machine has no Python 2.1"):
+        extra_envs.make(missing)
+
+
+def extra_envs_allowed() -> list[str]:
+    from script_loader import load_script
+
+    check_skips = load_script("check_skips")
+    return check_skips.allowed_prefixes(check_skips.ALLOWED)

@@ -80,6 +80,7 @@ def test_robots_get_the_runtimes_chunk_for_their_observation(so101: tuple[Path, 
         for client in clients:
             client.close()
     for actions in chunks:
+        assert isinstance(actions[0].text, dict) and all(a.text is None for a in actions[1:])  # text beside actions
         assert [a.timestep for a in actions] == list(range(17, 23))
         np.testing.assert_allclose([a.timestamp for a in actions], 500.0 + np.arange(6) / 30.0)
         assert all(a.action.dtype.is_floating_point and a.action.shape == (6,) for a in actions)
@@ -164,3 +165,14 @@ def test_api_key_and_a_vanished_client_frees_its_slot(so101: tuple[Path, dict], 
         assert len(second.actions()) == REF_TINY.action_horizon
         second.close()
     assert "silent for 1 s" in served.log
+
+
+def test_the_fleet_benchmarks_lerobot_clients_are_served(so101: tuple[Path, dict], tmp_path: Path) -> None:
+    from oxygen_ros.serve.bench import measure
+    from oxygen_ros.serve.lerobot.bench_client import lerobot_client, robot_description
+
+    params, _ = so101
+    with oxygen_serve(params, "--max-clients", "2", protocol="lerobot", log_dir=tmp_path) as served:
+        rate, p50, p95 = measure(served.port, robot_description(str(params)), 2, 2.0, lerobot_client, start_s=30.0)
+    assert rate > 0 and 0 < p50 <= p95
+    assert "refused" not in served.log

@@ -16,7 +16,7 @@ from oxygen_ros.serve.layouts import ObservationError
 from oxygen_ros.serve.lerobot import services_pb2 as pb
 from oxygen_ros.serve.lerobot.binding import ServedPolicy, SetupRefused, bind
 from oxygen_ros.serve.lerobot.pickles import (PickleRefused, PolicySetup, TimedAction as OutAction, TimedObservation,
-                                              dumps_actions, load_as, restricted_loads)  # fmt: skip
+                                              dumps_lerobot, load_as, restricted_loads)  # fmt: skip
 from oxygen_ros.serve.lerobot.transfer import CHUNK_BYTES, TransferError, receive_chunks, send_chunks
 
 CAMERAS = {"front": (48, 64), "wrist": (32, 40)}
@@ -71,7 +71,7 @@ def test_size_cap_is_checked_before_unpickling_and_garbage_is_refused() -> None:
 
 def test_replies_load_as_lerobots_timed_actions() -> None:
     chunk = torch.arange(12, dtype=torch.float32).reshape(2, 6)
-    data = dumps_actions([OutAction(5.0, 3, chunk[0]), OutAction(5.1, 4, chunk[1])])
+    data = dumps_lerobot([OutAction(5.0, 3, chunk[0]), OutAction(5.1, 4, chunk[1])])
     assert b"lerobot.async_inference.helpers" in data and b"oxygen_ros" not in data
     actions = load_actions(data)
     assert all(type(a) is TimedAction for a in actions)
@@ -132,3 +132,16 @@ def test_instructions_this_server_cannot_serve_are_refused_saying_why(kw: dict, 
     setup.policy_type = "act"
     with pytest.raises(SetupRefused, match="policy_type 'act'"):
         bind(setup, SERVED)
+
+
+def test_this_packages_setups_and_observations_pickle_as_lerobots() -> None:
+    from lerobot_shapes import RemotePolicyConfig, TimedObservation as LerobotObservation, lerobot_module
+    from oxygen_ros.serve.lerobot.pickles import make
+
+    setup = make(PolicySetup, policy_type="pi05", pretrained_name_or_path="m", lerobot_features={}, actions_per_chunk=5,
+                 device="cpu", rename_map={})  # fmt: skip
+    obs = make(TimedObservation, timestamp=1.5, timestep=4, observation={"front": np.ones((2, 2, 3), np.uint8)}, must_go=True)
+    with lerobot_module():
+        loaded_setup, loaded_obs = pickle.loads(dumps_lerobot(setup)), pickle.loads(dumps_lerobot(obs))
+    assert loaded_setup == RemotePolicyConfig("pi05", "m", {}, 5)
+    assert type(loaded_obs) is LerobotObservation and (loaded_obs.timestep, loaded_obs.must_go) == (4, True)

@@ -2,6 +2,7 @@
 vs the same engine serving one request at a time (``--one-at-a-time``, openpi's server), side by side.
 
     python -m oxygen_ros.serve.bench --params-file config/aloha_demo.yaml --clients 1,2,4,8 --seconds 15
+    python -m oxygen_ros.serve.bench --protocol lerobot ...   # LeRobot's gRPC protocol (serve/lerobot/bench_client.py)
 
 Both servers run from the start (loopback, free ports); for each fleet size the two are measured in turn,
 ``--repeats`` times, each mode first as often as the other, so a machine shared with other work loads both alike. Each client sends its next request
@@ -20,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -49,6 +50,7 @@ def sample_observation(layout: str, seed: int, size: int = 96) -> dict:
 
 
 def _client(port: int, layout: str, seed: int, start_at: float, seconds: float, out: "mp.Queue") -> None:
+    """One openpi client: warm-up requests, then requests back to back from ``start_at`` for ``seconds``."""
     try:
         message = pack(sample_observation(layout, seed))
         with connect(f"ws://127.0.0.1:{port}", compression=None, max_size=None, proxy=None) as ws:
@@ -70,15 +72,17 @@ def _client(port: int, layout: str, seed: int, start_at: float, seconds: float, 
         out.put(f"{type(exc).__name__}: {exc}")
 
 
-def measure(port: int, layout: str, clients: int, seconds: float) -> tuple[float, float, float]:
-    """(chunks/s, p50 ms, p95 ms) of ``clients`` processes against the server on ``port``."""
+def measure(port: int, layout: str, clients: int, seconds: float, client: Callable[..., None] = _client,
+            start_s: float = 3.0) -> tuple[float, float, float]:  # fmt: skip
+    """(chunks/s, p50 ms, p95 ms) of ``clients`` processes against the server on ``port``; each runs
+    ``client(port, layout, seed, start_at, seconds, out)`` and puts its latencies (or its error) on ``out``."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    start_at = time.time() + 3.0 + 0.5 * clients  # after every process has started and warmed up
-    procs = [ctx.Process(target=_client, args=(port, layout, 1000 + i, start_at, seconds, out)) for i in range(clients)]
+    start_at = time.time() + start_s + 0.5 * clients  # after every process has started and warmed up
+    procs = [ctx.Process(target=client, args=(port, layout, 1000 + i, start_at, seconds, out)) for i in range(clients)]
     for p in procs:
         p.start()
-    results = [out.get(timeout=seconds + 120) for _ in procs]
+    results = [out.get(timeout=start_s + seconds + 120) for _ in procs]
     for p in procs:
         p.join(timeout=30)
     failed = [r for r in results if isinstance(r, str)]
@@ -105,7 +109,7 @@ def server_process(params_file: str, *args: str) -> Iterator[tuple[subprocess.Po
                              "--log-period-s", "3600", *args], stdout=log, stderr=subprocess.STDOUT, env=env)  # fmt: skip
     try:
         deadline = time.monotonic() + 300
-        while not (m := re.search(r"protocol on ws://127\.0\.0\.1:(\d+)", Path(log.name).read_text())):
+        while not (m := re.search(r"protocol on (?:ws|grpc)://127\.0\.0\.1:(\d+)", Path(log.name).read_text())):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"oxygen-serve did not start:\n{Path(log.name).read_text()}")
             time.sleep(0.2)
@@ -119,6 +123,8 @@ def server_process(params_file: str, *args: str) -> Iterator[tuple[subprocess.Po
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m oxygen_ros.serve.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--params-file", default="config/aloha_demo.yaml")
+    p.add_argument("--protocol", default="openpi", choices=("openpi", "lerobot"),
+                   help="lerobot: RobotClient-shaped gRPC clients (the parameters file's joints and the checkpoint's cameras)")
     p.add_argument("--layout", default="aloha", choices=("aloha", "droid", "libero"))
     p.add_argument("--clients", default="1,2,4,8", help="fleet sizes, comma-separated")
     p.add_argument("--seconds", type=float, default=15.0, help="measured time per fleet size and mode")
@@ -126,11 +132,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--server-arg", action="append", default=[], help="an extra oxygen-serve argument (repeatable)")
     args = p.parse_args(argv)
     sizes = [int(n) for n in args.clients.split(",")]
-    common = ["--max-clients", str(max(sizes)), "--default-prompt", "Transfer cube", *args.server_arg]
+    common = ["--protocol", args.protocol, "--max-clients", str(max(sizes)), "--default-prompt", "Transfer cube",
+              *args.server_arg]  # fmt: skip
+    client, what, start_s = _client, args.layout, 3.0
+    if args.protocol == "lerobot":
+        from .lerobot.bench_client import lerobot_client, robot_description
+
+        client, what, start_s = lerobot_client, robot_description(args.params_file), 15.0  # grpc's import is slower
+        common += ["--idle-release-s", "3"]  # the previous fleet's slots come back before the next one starts
     with ExitStack() as stack:
         batched = stack.enter_context(server(args.params_file, *common))
         single = stack.enter_context(server(args.params_file, *common, "--one-at-a-time"))
-        print(f"# oxygen-serve fleet benchmark: {args.params_file}, {args.layout} observations, {args.seconds:g} s per "
+        print(f"# oxygen-serve fleet benchmark ({args.protocol}): {args.params_file}, {args.layout if args.protocol == 'openpi' else 'RobotClient-shaped'} observations, {args.seconds:g} s per "
               f"measurement, {os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")  # fmt: skip
         print(f"{'clients':>7} {'mode':>14} {'chunks/s':>9} {'p50 ms':>8} {'p95 ms':>8} {'ratio':>6}")
         for n in sizes:
@@ -138,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             for repeat in range(args.repeats):
                 pair = [("batched", batched), ("one at a time", single)]
                 for mode, port in pair if repeat % 2 == 0 else pair[::-1]:  # each mode goes first as often
-                    rate, p50, p95 = measure(port, args.layout, n, args.seconds)
+                    rate, p50, p95 = measure(port, what, n, args.seconds, client, start_s)
                     rates[mode].append(rate)
                     print(f"{n:>7} {mode:>14} {rate:>9.1f} {p50:>8.0f} {p95:>8.0f}", flush=True)
             ratios = np.divide(rates["batched"], rates["one at a time"])  # each repeat's pair, measured back to back

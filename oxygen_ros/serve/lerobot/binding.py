@@ -116,10 +116,11 @@ def _image_keys(features: Mapping[str, Any], rename: Mapping[str, str], served: 
         if len(shape) != 3 or shape[2] != 3:
             raise SetupRefused(f"lerobot_features[{key!r}]: shape {list(shape)}, expected (height, width, 3)")
         policy_key = rename.get(key, key)
-        if policy_key not in served.image_slots:
+        names = (policy_key, policy_key.removeprefix(IMAGES))  # an openpi checkpoint's slots have no prefix
+        slot = next((i for i, name in enumerate(served.image_slots) if name in names), None)
+        if slot is None:
             unknown.append(policy_key)
             continue
-        slot = served.image_slots.index(policy_key)
         if keys[slot] is not None:
             raise SetupRefused(f"two cameras feed {policy_key!r}")
         keys[slot] = key.removeprefix(IMAGES)  # the robot's raw observation names the camera without the prefix

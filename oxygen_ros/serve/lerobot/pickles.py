@@ -17,10 +17,12 @@ from __future__ import annotations
 import io
 import pickle
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # the replies hold tensors; this module never needs torch itself (clients import it fast)
+    import torch
 
 HELPERS = "lerobot.async_inference.helpers"  # where lerobot 0.6.1 defines the classes that cross the wire
 NUMERIC_KINDS = "biufc"  # bool, ints, floats, complex: no object, void (structured) or string arrays
@@ -33,6 +35,8 @@ class PickleRefused(ValueError):
 class PolicySetup:
     """Stand-in for lerobot's ``RemotePolicyConfig`` (its fields arrive as the pickle's state)."""
 
+    wire_name = (HELPERS, "RemotePolicyConfig")
+
     policy_type: str
     pretrained_name_or_path: str
     lerobot_features: dict
@@ -43,6 +47,8 @@ class PolicySetup:
 
 class TimedObservation:
     """Stand-in for lerobot's ``TimedObservation``: a raw robot observation with its time and step."""
+
+    wire_name = (HELPERS, "TimedObservation")
 
     timestamp: float
     timestep: int
@@ -55,10 +61,11 @@ class TimedAction:
 
     wire_name = (HELPERS, "TimedAction")
 
-    def __init__(self, timestamp: float, timestep: int, action: torch.Tensor) -> None:
+    def __init__(self, timestamp: float, timestep: int, action: "torch.Tensor") -> None:
         self.timestamp = timestamp
         self.timestep = timestep
         self.action = action
+        self.text: dict[str, Any] | None = None  # the robot's text tasks' latest (set on a chunk's first action)
 
 
 class _ArrayClass:
@@ -138,8 +145,17 @@ class _LerobotNamesPickler(pickle._Pickler):  # the Python pickler: its save_glo
         self.memoize(obj)
 
 
-def dumps_actions(actions: list[TimedAction]) -> bytes:
-    """The chunk as lerobot's server pickles it (protocol 4): a list of ``TimedAction`` with torch tensors."""
+def dumps_lerobot(value: Any) -> bytes:
+    """``value`` pickled as lerobot pickles it (protocol 4), this module's classes under lerobot's names: the
+    replies (a list of ``TimedAction`` with torch tensors) and, for this package's own clients, setups and
+    observations."""
     out = io.BytesIO()
-    _LerobotNamesPickler(out, protocol=4).dump(actions)
+    _LerobotNamesPickler(out, protocol=4).dump(value)
     return out.getvalue()
+
+
+def make(cls: type, **fields: Any) -> Any:
+    """A stand-in with these fields (as the unpickler builds one)."""
+    value = cls.__new__(cls)
+    value.__dict__.update(fields)
+    return value

@@ -6,7 +6,8 @@ checkpoint, ``SendObservations`` keeps its latest due observation (lerobot's fil
 yet predicted whose joint state moved by at least 1), ``GetActions`` waits up to ``obs_queue_timeout_s`` for one
 and submits it to the scheduler, so the robots whose observations are due share one engine tick. The chunk goes
 back as lerobot's ``TimedAction`` list (``actions_per_chunk`` of them, timesteps from the observation's, times
-``1 / fps`` apart); with no observation due the reply is empty, as lerobot's. A client silent for
+``1 / fps`` apart; the first also carries the robot's ``text``, which lerobot's client ignores); with no
+observation due the reply is empty, as lerobot's. A client silent for
 ``idle_release_s`` (or whose channel closed during ``GetActions``) gives its robot back. Every refusal is a gRPC
 error saying why, counted under ``lerobot.refused.*``; the server and the other robots go on.
 """
@@ -29,7 +30,7 @@ from ..scheduler import FleetScheduler
 from . import services_pb2 as pb
 from . import services_pb2_grpc as pb_grpc
 from .binding import RobotBinding, ServedPolicy, SetupRefused, bind
-from .pickles import PickleRefused, PolicySetup, TimedAction, TimedObservation, dumps_actions, load_as
+from .pickles import PickleRefused, PolicySetup, TimedAction, TimedObservation, dumps_lerobot, load_as
 from .transfer import TransferError, receive_chunks
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ class AsyncInferenceService(pb_grpc.AsyncInferenceServicer):
         log.info("client %s left (robot %r, %s; %d connected)", client.peer, client.robot or "robot0", why,
                  len(self._clients))  # fmt: skip
 
-    # --------------------------------------------------------------------------------------- helpers
+    # ----------------------------------------------------------------------------------- shared steps
     def _refuse(self, context: grpc.ServicerContext, code: grpc.StatusCode, kind: str, why: str) -> Any:
         self.stats.count(f"lerobot.refused.{kind}")
         log.warning("refused %s from %s: %s", kind, context.peer(), why)
@@ -208,12 +209,15 @@ class AsyncInferenceService(pb_grpc.AsyncInferenceServicer):
         except Exception as exc:  # noqa: BLE001 - the engine's failure goes to this client, the server goes on
             self._refuse(context, grpc.StatusCode.INTERNAL, "engine", f"{type(exc).__name__}: {exc}")
         self.stats.count("requests")
-        return pb.Actions(data=dumps_actions(self._timed_actions(timed, reply["actions"], client.binding)))  # type: ignore[arg-type]
+        return pb.Actions(data=dumps_lerobot(self._timed_actions(timed, reply, client.binding)))  # type: ignore[arg-type]
 
-    def _timed_actions(self, timed: TimedObservation, actions: np.ndarray, binding: RobotBinding) -> list[TimedAction]:
-        chunk = torch.as_tensor(np.asarray(actions[: binding.actions_per_chunk], dtype=np.float32))
+    def _timed_actions(self, timed: TimedObservation, reply: dict[str, Any], binding: RobotBinding) -> list[TimedAction]:
+        chunk = torch.as_tensor(np.asarray(reply["actions"][: binding.actions_per_chunk], dtype=np.float32))
         dt = 1.0 / self.options.fps
-        return [TimedAction(timed.timestamp + i * dt, timed.timestep + i, action) for i, action in enumerate(chunk)]
+        actions = [TimedAction(timed.timestamp + i * dt, timed.timestep + i, action) for i, action in enumerate(chunk)]
+        if actions:  # the robot's text rides on the first action: lerobot's client keeps the attribute and ignores it
+            actions[0].text = reply.get("text", {})
+        return actions
 
 
 def _check_timed(timed: TimedObservation) -> None:
