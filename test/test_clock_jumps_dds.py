@@ -46,12 +46,12 @@ CASES = {
     "tick-one-robot-trajectory-and-velocity-array": ("tick", [], {
         "output_types": ["joint_trajectory", "float64_array"], "output_names": ["arm", "gripper"],
         "output_topics": ["joint_trajectory_controller/joint_trajectory", "gripper_controller/commands"],
-        "output_dims": ["0..5", "6"], "output_joints": [",".join(JOINTS[:6]), "panda_joint7"],
+        "output_dims": ["0..6", "7"], "output_joints": [",".join(JOINTS), "panda_finger_joint1"],
         "output_interfaces": ["position", "velocity"]}),
     "n_action_steps-two-robots-twist-and-trajectory": ("n_action_steps", ["arm1", "arm2"], {
         "output_types": ["twist", "joint_trajectory"], "output_names": ["eef", "wrist"],
         "output_topics": ["servo_node/delta_twist_cmds", "joint_trajectory_controller/joint_trajectory"],
-        "output_dims": ["0..5", "6"], "output_joints": ["", "panda_joint7"],
+        "output_dims": ["0..5", "6..7"], "output_joints": ["", "panda_joint7,panda_finger_joint1"],
         "output_frames": ["panda_hand", ""]}),
 }
 OUTPUT_TYPES = {"joint_trajectory": JointTrajectory, "float64_array": Float64MultiArray, "twist": TwistStamped}
