@@ -215,6 +215,7 @@ def test_topic_statistics_report_ages_per_input_and_chunk_latency():
 
 class _Config:
     horizon = 10
+    dtype = "float32"
 
 
 # ============================================================================ use_sim_time in-process

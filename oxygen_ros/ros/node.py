@@ -608,6 +608,11 @@ class OxygenNode(InputCallbacks, ClockJumps, NodeReport, Node):
 
     # ------------------------------------------------------------------------------- shutdown
     def destroy_node(self) -> None:
+        # The model thread reads the control timer: it must be gone before the timer's handle is destroyed.
+        self._stopping.set()
+        self._tick_wanted.set()
+        if self._model_thread is not None:
+            self._model_thread.join(timeout=30.0)
         self._jump_watch.close()
         for ask in self._asks.values():
             ask.destroy()
