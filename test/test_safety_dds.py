@@ -128,7 +128,7 @@ def wild_loader(settings: S.NodeSettings, deadline_s: float, seen: Injected, see
             if kind == "nan":
                 actions[rng.integers(len(actions)) :, :] = np.nan
             if kind == "far":  # whether the outputs can be out of range at all (conversions that clip cannot)
-                seen.refused = any(settings.limits[o.name].out_of_range(o.values(actions)) for o in settings.outputs)
+                seen.refused = any(settings.limits[o.name].refusal(o.values(actions)) is not None for o in settings.outputs)
             seen.kinds.append(kind)
             seen.at.append(time.monotonic())
             return dataclasses.replace(result, actions=actions.astype(np.float32))

@@ -6,8 +6,9 @@ command's ``--help`` stays instant.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..lazy_names import load_on_first_use
 
 if TYPE_CHECKING:
     from .engine import DEFAULT_KV_BUDGET_BYTES, Engine, EngineStats
@@ -26,10 +27,4 @@ _HOMES = {
 
 __all__ = sorted(_HOMES)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = load_on_first_use(__name__, _HOMES)

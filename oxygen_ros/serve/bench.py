@@ -29,8 +29,8 @@ import numpy as np
 from websockets.sync.client import connect
 
 from .codec import pack, unpack
+from .timed_window import WARM_REQUESTS, timed_requests
 
-WARM_REQUESTS = 3
 NO_PROXY = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
 
 
@@ -58,15 +58,14 @@ def _client(port: int, layout: str, seed: int, start_at: float, seconds: float, 
             for _ in range(WARM_REQUESTS):
                 ws.send(message)
                 unpack(ws.recv())
-            time.sleep(max(0.0, start_at - time.time()))
-            latencies, end = [], start_at + seconds
-            while time.time() < end:
-                t0 = time.perf_counter()
+
+            def request() -> None:
                 ws.send(message)
                 reply = ws.recv()
                 if isinstance(reply, str):
                     raise RuntimeError(reply)
-                latencies.append((time.perf_counter() - t0) * 1000)
+
+            latencies = timed_requests(request, start_at, seconds)
         out.put(latencies)
     except Exception as exc:  # noqa: BLE001 - reported by the parent
         out.put(f"{type(exc).__name__}: {exc}")

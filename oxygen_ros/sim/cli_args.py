@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from oxygen_ros.cluster.args import add_ray_args, ray_refusal
+from oxygen_ros.engine.mode_names import MODES
 from oxygen_ros.runtime.alignment import REPLAN
 
 from .cli_common import DEFAULT_PARAMS, ROOT
@@ -33,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="closed-loop evaluation of the policy (simulated time, no DDS)")
     ev.add_argument("--episodes", type=int, default=20, help="episodes per family (default %(default)s)")
     ev.add_argument("--seed", type=int, default=0, help="first held-out episode seed (episodes use seed .. seed+N-1; default %(default)s)")
-    ev.add_argument("--engine-mode", choices=["oxygen", "sequential", "shared", "parallel", "action_only"],
+    ev.add_argument("--engine-mode", choices=MODES,
                     help="the engine's scheduling (default: the file's engine_mode)")
     ev.add_argument("--params-file", type=Path, default=DEFAULT_PARAMS, help="the node's parameters YAML (default %(default)s)")
     ev.add_argument("--tokens-per-frame", type=int, help=f"decode steps per tick (default: the file's, or 4 if it says 0)")
@@ -94,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     ch.add_argument("--variants", nargs="+", choices=["naive", "aligned", "aligned+rtc"],
                     help="default: all three")
     ch.add_argument("--time-limit", type=float, default=12.0, help="seconds per episode (default %(default)s)")
-    ch.add_argument("--engine-mode", choices=["oxygen", "sequential", "shared", "parallel", "action_only"],
+    ch.add_argument("--engine-mode", choices=MODES,
                     help="default: the file's (action_only gives the same actions without the text work)")
     ch.add_argument("--num-threads", type=int, help="torch CPU threads")
     _add_execution_args(ch)

@@ -86,11 +86,6 @@ class OutputLimits:
                        f"output {self.output}: {self.labels[j]} commanded {worst:.4g}, beyond its range [{lo[j]:.4g}, "
                        f"{hi[j]:.4g}] by more than {self.out_of_range_margin:g} of the range")  # fmt: skip
 
-    def out_of_range(self, values: np.ndarray) -> str | None:
-        """`refusal` in words (None: a command)."""
-        refusal = self.refusal(values)
-        return None if refusal is None else refusal.message
-
 
 def _labels(spec: OutputSpec) -> tuple[str, ...]:
     if spec.type == "twist":

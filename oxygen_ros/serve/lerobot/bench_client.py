@@ -15,13 +15,13 @@ from typing import Any
 import grpc
 import numpy as np
 
+from ..timed_window import WARM_REQUESTS, timed_requests
 from . import services_pb2 as pb
 from . import services_pb2_grpc as pb_grpc
 from .pickles import PolicySetup, TimedObservation, dumps_lerobot, make
 from .transfer import send_chunks
 
 IMAGE_SIDE = 96
-WARM_REQUESTS = 3
 
 
 def robot_description(params_file: str) -> str:
@@ -84,12 +84,7 @@ def lerobot_client(port: int, description: str, seed: int, start_at: float, seco
             raise RuntimeError("the client was not ready at the start time (a machine too busy)")
         while time.time() < start_at - 1.0:  # warm until the start: a silent client would lose its slot
             chunk()
-        time.sleep(max(0.0, start_at - time.time()))
-        latencies, end = [], start_at + seconds
-        while time.time() < end:
-            t0 = time.perf_counter()
-            chunk()
-            latencies.append((time.perf_counter() - t0) * 1000)
+        latencies = timed_requests(chunk, start_at, seconds)
         channel.close()
         out.put(latencies)
     except Exception as exc:  # noqa: BLE001 - reported by the parent
