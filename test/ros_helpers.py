@@ -22,6 +22,7 @@ from rclpy.executors import Executor, SingleThreadedExecutor
 from rclpy.node import Node
 
 REPO = Path(__file__).resolve().parents[1]
+SPIN_WAIT_S = 0.02  # the longest one spin_once waits for work (the same every time: see spin_until)
 
 
 def ros_env(**extra: str) -> dict[str, str]:
@@ -50,19 +51,23 @@ def spin_until(
     """Spin until `predicate()` is true or `timeout` seconds pass; returns the predicate's last value.
 
     `every=(period, fn)` calls `fn()` every `period` seconds meanwhile (e.g. to publish sensor data).
+
+    Each `spin_once` waits the same time: rclpy's executor keeps serving the entities one wait found ready only
+    while it is called with the same arguments; a changed timeout starts a new wait that serves the first node's
+    first ready entity again, so on a busy machine the subscriptions created last (a node's last camera, its last
+    joint-state topic) would never get their turn.
     """
     deadline = time.monotonic() + timeout
     next_call = time.monotonic()
+    wait = SPIN_WAIT_S if every is None else min(SPIN_WAIT_S, every[0] / 4)
     while True:
         if every is not None and time.monotonic() >= next_call:
             every[1]()
             next_call = time.monotonic() + every[0]
         if predicate():
             return True
-        now = time.monotonic()
-        if now >= deadline:
+        if time.monotonic() >= deadline:
             return bool(predicate())
-        wait = min(deadline - now, 0.02 if every is None else max(0.0, min(0.02, next_call - now)))
         executor.spin_once(timeout_sec=wait)
 
 
