@@ -30,6 +30,12 @@ class RayOptions:
     gpus: float = 0.0  # per task
     shards: int | None = None  # tasks to split a run into (None: one per task slot of the cluster)
 
+    def summary(self, tasks: int, nodes: set[str], failed_tasks: object) -> dict[str, object]:
+        """What a run's report says of the cluster: its address, tasks, nodes used, each task's resources and
+        the tasks that failed twice."""
+        return {"address": self.address, "tasks": tasks, "nodes": len(nodes), "cpus_per_task": self.cpus,
+                "gpus_per_task": self.gpus, "failed_tasks": failed_tasks}  # fmt: skip
+
 
 @dataclass(frozen=True)
 class TaskFailure:

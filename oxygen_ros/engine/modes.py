@@ -25,7 +25,6 @@ from .policy import DeadlinePolicy, FixedTokensPolicy
 from .types import FrameInput, TextEvent, TickResult
 
 
-
 @dataclass
 class FrameReport:
     tick: TickResult

@@ -7,6 +7,7 @@ driver's own field names and types (``string name``; ``float32[] cmd`` / ``float
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ import numpy as np
 __all__ = ["MESSAGE_TYPES", "interbotix_msg"]
 
 
+@functools.cache  # looked up for every streamed command; an ImportError is not cached
 def _types() -> dict[str, Any]:
     try:
         from interbotix_xs_msgs.msg import JointGroupCommand, JointSingleCommand

@@ -54,5 +54,4 @@ class RayBags:
 
     def summary(self) -> dict[str, object]:
         """What the report says of the cluster: its address, tasks, nodes used and tasks that failed twice."""
-        return {"address": self.ray.address, "tasks": len(self.bags), "nodes": len(self.nodes),
-                "cpus_per_task": self.ray.cpus, "gpus_per_task": self.ray.gpus, "failed_tasks": self.failed_tasks}  # fmt: skip
+        return self.ray.summary(len(self.bags), self.nodes, self.failed_tasks)

@@ -88,5 +88,4 @@ class RayEvaluation:
 
     def summary(self) -> dict[str, Any]:
         """What the run's summary says of the cluster: its address, tasks, nodes used and failed tasks."""
-        return {"address": self.options.address, "tasks": self.tasks, "nodes": len(self.nodes),
-                "cpus_per_task": self.options.cpus, "gpus_per_task": self.options.gpus, "failed_tasks": self.failed}  # fmt: skip
+        return self.options.summary(self.tasks, self.nodes, self.failed)

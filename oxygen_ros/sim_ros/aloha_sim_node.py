@@ -381,28 +381,25 @@ class AlohaSimNode(Node):
         def grippers_sent(since: list[int]) -> bool:
             return all(self._gripper_msgs[i] > since[i] for i in streams)
 
+        arms_at: float | None = None  # when the trajectories were all in
+
+        def answered() -> bool:
+            nonlocal arms_at
+            if not arms_answered():
+                return False
+            arms_at = arms_at or time.monotonic()
+            # At a query the new chunk's first gripper command follows its trajectories; a stream timer's
+            # command of the old chunk may have come first, which is enough after a grace period.
+            if grippers_sent(self._grippers_at_answer if query else streams_before):
+                return True
+            return query and grippers_sent(streams_before) and time.monotonic() - arms_at > STREAM_GRACE_S
+
         if query:
             self.stats["queries"] += 1
         elif not streams:
             return
-        deadline = time.monotonic() + self.v["lockstep_timeout_s"]
-        arms_at: float | None = None  # when the trajectories were all in
-        with self._cond:
-            while not self._stop.is_set():
-                if arms_answered():
-                    arms_at = arms_at or time.monotonic()
-                    # At a query the new chunk's first gripper command follows its trajectories; a stream timer's
-                    # command of the old chunk may have come first, which is enough after a grace period.
-                    if grippers_sent(self._grippers_at_answer if query else streams_before):
-                        break
-                    if query and grippers_sent(streams_before) and time.monotonic() - arms_at > STREAM_GRACE_S:
-                        break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    self.stats["timeouts"] += 1
-                    self._warn_timeout(now_ns, query)
-                    return
-                self._cond.wait(timeout=min(left, 0.05))
+        if not self._wait_until(answered, now_ns, query):
+            return
         if query:
             self.stats["answers"] += 1
             if any(a < now_ns for a in self._answered_ns):
@@ -417,17 +414,23 @@ class AlohaSimNode(Node):
             self.stats["queries"] += 1
         elif not wanted:
             return
+        brought = self._wait_until(lambda: all(self._stream_msgs[i] > before[i] for i in wanted), self.driver.time_ns, query)
+        if brought and query:
+            self.stats["answers"] += 1
+
+    def _wait_until(self, done: Callable[[], bool], now_ns: int, query: bool) -> bool:
+        """Block until ``done()`` (checked under the condition, at each command and at least every 50 ms), the
+        node stopping, or ``lockstep_timeout_s``: False when the time ran out (counted and said)."""
         deadline = time.monotonic() + self.v["lockstep_timeout_s"]
         with self._cond:
-            while not self._stop.is_set() and not all(self._stream_msgs[i] > before[i] for i in wanted):
+            while not self._stop.is_set() and not done():
                 left = deadline - time.monotonic()
                 if left <= 0:
                     self.stats["timeouts"] += 1
-                    self._warn_timeout(self.driver.time_ns, query)
-                    return
+                    self._warn_timeout(now_ns, query)
+                    return False
                 self._cond.wait(timeout=min(left, 0.05))
-        if query:
-            self.stats["answers"] += 1
+        return True
 
     def _warn_timeout(self, now_ns: int, query: bool) -> None:
         """A lockstep wait ran out: the causes in full the first time, one short line after that."""
