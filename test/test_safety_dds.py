@@ -69,11 +69,11 @@ def setup(robot: str, tmp_path: Path) -> tuple[dict[str, Any], dict[str, float]]
     """The shipped config with its limits on a tiny checkpoint, and the robot's joints at rest (every joint the
     driver reports, in its units)."""
     tok = tokenizer(tmp_path)
-    if robot == "aloha":
+    if robot.startswith("aloha"):  # aloha: the Interbotix driver's streamed commands; aloha_ros2_control: JTCs
         folder = openpi_converted(tmp_path / "m", random_model(REF_TINY.replace(action_dim=16, action_horizon=50)),
                                   openpi_norm_stats(stats_arrays(14, -1.5, 2.5, seed=3), stats_arrays(14, -1.2, 1.2, seed=4)),
                                   "trossen")  # fmt: skip
-        values = shipped("aloha", folder, tok, guarded=True)
+        values = shipped(robot, folder, tok, guarded=True)
         arm = dict(waist=0.1, shoulder=-0.8, elbow=0.9, forearm_roll=0.05, wrist_angle=0.3, wrist_rotate=-0.2)
         rest = {f"{side}_{j}": v for side in ("left", "right") for j, v in arm.items()}
         rest.update(left_gripper=0.5, right_gripper=0.5, left_left_finger=0.04, right_left_finger=0.04)
@@ -329,7 +329,7 @@ def checker(driver: Any, s: S.NodeSettings, robot: Robot, out: Checked, late: La
 
 
 # ------------------------------------------------------------------------------------------ test
-@pytest.mark.parametrize("robot_name", ["aloha", "droid", "libero", "so101"])
+@pytest.mark.parametrize("robot_name", ["aloha", "aloha_ros2_control", "droid", "libero", "so101"])
 def test_a_wild_model_never_breaks_a_limit(ros_context, tmp_path: Path, robot_name: str) -> None:
     values, rest = setup(robot_name, tmp_path)
     settings, _ = S.settings_from_values(values)
