@@ -52,10 +52,10 @@ def spin_until(
 
     `every=(period, fn)` calls `fn()` every `period` seconds meanwhile (e.g. to publish sensor data).
 
-    Each `spin_once` waits the same time: rclpy's executor keeps serving the entities one wait found ready only
-    while it is called with the same arguments; a changed timeout starts a new wait that serves the first node's
-    first ready entity again, so on a busy machine the subscriptions created last (a node's last camera, its last
-    joint-state topic) would never get their turn.
+    Each `spin_once` waits the same time: rclpy's executor goes on through the entities one wait found ready only
+    while it is called with the same arguments; a changed timeout drops the rest and waits anew, serving from the
+    first node's first ready entity again, so on a busy machine the subscriptions created last (a node's last
+    camera, its last joint-state topic) went unread for seconds.
     """
     deadline = time.monotonic() + timeout
     next_call = time.monotonic()
