@@ -351,13 +351,6 @@ class EvalReplay(OfflineReplay):
         return rows
 
 
-def evaluate_bag(bag: str | Path, config: ReplayConfig, options: EvalOptions | None = None,
-                 progress: ProgressFn | None = None) -> tuple[dict[str, Any], ErrorTable]:  # fmt: skip
-    """Evaluate one policy (its params file's) on one bag: the summary and the per-tick errors."""
-    replay = EvalReplay(bag, config, options, progress)
-    return replay.evaluate(), replay.table
-
-
 def compare(a: Mapping[str, Any], b: Mapping[str, Any], scope: str = "executed") -> dict[str, Any]:
     """Per dimension which of two evaluations of one bag is closer (lower MAE over ``scope``'s steps)."""
     rows: dict[str, Any] = {}
