@@ -13,7 +13,7 @@ from typing import Any
 from .bagio import BagError
 from .config import ReplayConfig
 from .evaluate import EvalError, EvalOptions, EvalReplay
-from .metrics import ErrorTable, judge, merged
+from .metrics import ErrorTable, judge, mean_executed_mae, merged
 
 BAG_SUFFIXES = (".mcap", ".db3")
 
@@ -58,14 +58,6 @@ def judge_bag(bag: str, config: ReplayConfig, options: EvalOptions,
     except expected as exc:
         return BagOutcome(bag, error=str(exc))
     return BagOutcome(bag, summary, replay.table)
-
-
-def mean_executed_mae(summary: Mapping[str, Any]) -> tuple[float | None, str | None]:
-    """The mean over dimensions of the executed steps' MAE, and the dimension where it is worst."""
-    known = {d: r["executed"]["mae"] for d, r in summary["dims"].items() if r["executed"]["mae"] is not None}
-    if not known:
-        return None, None
-    return round(sum(known.values()) / len(known), 6), max(known, key=lambda d: known[d])
 
 
 def combined_report(outcomes: Sequence[BagOutcome], limits: tuple[Mapping[str, float], Mapping[str, float]],

@@ -37,7 +37,7 @@ from .bagio import COMPRESSED_IMAGE, IMAGE, JOINT_STATE, NS_PER_S, STRING, BagEr
 from .config import ReplayConfig
 from .episodes import DEFAULT_GAP_S, Episode, from_events, from_gaps, tick_instants
 from .input_timing import DEFAULT_WARN_S, stamp_offsets
-from .metrics import ErrorTable
+from .metrics import ErrorTable, mean_executed_mae
 from .offline import OfflineOptions, OfflineReplay, ProgressFn
 from .recorded import EPISODE_TOPIC, Reference, ReferenceError, command_timeline, load_reference
 
@@ -343,21 +343,12 @@ class EvalReplay(OfflineReplay):
         rows = []
         for ep in self.episodes:
             part = self.table.summary(episode=ep.index)
-            mae = {d: r["executed"]["mae"] for d, r in part["dims"].items()}
-            known = {d: v for d, v in mae.items() if v is not None}
-            worst = max(known, key=lambda d: known[d]) if known else None
+            mean, worst = mean_executed_mae(part)
             rows.append({"index": ep.index, "source": ep.source, "start_s": round((ep.start_ns - self.t0) / NS_PER_S, 3),
                          "duration_s": round((ep.end_ns - ep.start_ns) / NS_PER_S, 3), "chunks": self.table.episodes.count(ep.index),
-                         "executed_mae": mae, "mean_executed_mae": round(float(np.mean(list(known.values()))), 6) if known else None,
-                         "worst_dim": worst})  # fmt: skip
+                         "executed_mae": {d: r["executed"]["mae"] for d, r in part["dims"].items()},
+                         "mean_executed_mae": mean, "worst_dim": worst})  # fmt: skip
         return rows
-
-
-def evaluate_bag(bag: str | Path, config: ReplayConfig, options: EvalOptions | None = None,
-                 progress: ProgressFn | None = None) -> tuple[dict[str, Any], ErrorTable]:  # fmt: skip
-    """Evaluate one policy (its params file's) on one bag: the summary and the per-tick errors."""
-    replay = EvalReplay(bag, config, options, progress)
-    return replay.evaluate(), replay.table
 
 
 def compare(a: Mapping[str, Any], b: Mapping[str, Any], scope: str = "executed") -> dict[str, Any]:
