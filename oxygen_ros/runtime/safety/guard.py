@@ -23,7 +23,8 @@ from ..trajectory import TimedTrajectory
 from .hold import HoldState, LimitCounter, MeasuredJoints
 from .limits import OutputLimits
 from .refusals import Refusal, RefusalCounter
-from .retime import Hits, blend_weights, count_clamps, empty_hits, guard_positions, guard_twist, guard_velocities
+from .retime import (Hits, blend_weights, count_clamps, empty_hits, far_clamps, guard_positions, guard_twist,
+                     guard_velocities)
 from .scaling import scale_step
 
 __all__ = ["OutputGuard", "SafetyGuard", "hold_trajectory"]
@@ -50,6 +51,7 @@ class OutputGuard:
     def set_limits(self, limits: OutputLimits, blend_s: float) -> None:
         self.limits, self.blend_s = limits, blend_s
         self._vel, self._dist, self._lower, self._upper = limits.arrays()
+        self._far = far_clamps(self._lower, self._upper)  # once, not at every streamed command
 
     @property
     def velocity(self) -> bool:
@@ -145,7 +147,7 @@ class OutputGuard:
         within it."""
         hits = empty_hits(len(target))
         out = np.clip(target, self._lower, self._upper)
-        count_clamps(hits, target, out, self._lower, self._upper)
+        count_clamps(hits, target, out, self._far)
         if measured is not None:
             out, binding = scale_step(measured, out, self._dist)
             hits["distance"] += binding

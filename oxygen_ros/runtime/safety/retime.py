@@ -15,7 +15,7 @@ import numpy as np
 
 from .scaling import cap_norm, scale_step
 
-__all__ = ["KINDS", "RANGE_TOLERANCE", "Hits", "count_clamps", "blend_weights", "guard_positions", "guard_velocities", "guard_twist", "merge_hits"]
+__all__ = ["KINDS", "RANGE_TOLERANCE", "Hits", "count_clamps", "far_clamps", "blend_weights", "guard_positions", "guard_velocities", "guard_twist", "merge_hits"]
 
 Hits = dict[str, np.ndarray]
 KINDS = ("range", "range_far", "distance", "speed", "acceleration")
@@ -38,13 +38,19 @@ def merge_hits(total: Hits, more: Hits) -> Hits:
     return total
 
 
-def count_clamps(hits: Hits, commanded: np.ndarray, clamped: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> None:
-    """Count ``range`` (any clamp) and ``range_far`` (a clamp by more than the tolerance) per joint, in place."""
-    moved = np.abs(np.asarray(commanded, dtype=np.float64) - clamped)
+def far_clamps(lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """Per joint, the clamp beyond which it counts as ``range_far``: ``RANGE_TOLERANCE`` of its range (inf: none)."""
     span = np.where(np.isfinite(upper - lower), upper - lower, math.inf)
+    return RANGE_TOLERANCE * span
+
+
+def count_clamps(hits: Hits, commanded: np.ndarray, clamped: np.ndarray, far: np.ndarray) -> None:
+    """Count ``range`` (any clamp) and ``range_far`` (a clamp by more than ``far``, `far_clamps`) per joint, in
+    place."""
+    moved = np.abs(np.asarray(commanded, dtype=np.float64) - clamped)
     moved = moved.reshape(-1, moved.shape[-1])  # one command or several rows: counts per joint
     hits["range"] += np.count_nonzero(moved > 0, axis=0)
-    hits["range_far"] += np.count_nonzero(moved > RANGE_TOLERANCE * span, axis=0)
+    hits["range_far"] += np.count_nonzero(moved > far, axis=0)
 
 
 def blend_weights(times_s: np.ndarray, from_s: float, blend_s: float) -> np.ndarray:
@@ -75,7 +81,7 @@ def guard_positions(
     n_joints = pos.shape[1]
     hits = empty_hits(n_joints)
     clamped = np.clip(pos, lower, upper)
-    count_clamps(hits, pos, clamped, lower, upper)
+    count_clamps(hits, pos, clamped, far_clamps(lower, upper))
     end = float(times[-1]) if end_s is None else end_s
     out_t: list[float] = []
     out_p: list[np.ndarray] = []
