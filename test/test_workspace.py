@@ -47,7 +47,7 @@ def test_the_documented_paths_name_both_packages(program: str, option: str) -> N
     # rosdep and colcon both find packages the way catkin_pkg does: they do not look inside a package folder.
     argv = _docs_command(program)
     found = {pkg.name for path in _workspace_paths(argv, option) for pkg in find_packages(str(path)).values()}
-    assert found == {"oxygen_ros", "oxygen_ros_msgs"}
+    assert found == {"oxygen_ros", "oxygen_ros_msgs", "interbotix_xs_msgs"}  # interfaces/ holds both message packages
     assert {pkg.name for pkg in find_packages(str(REPO)).values()} == {"oxygen_ros"}  # why one path is not enough
     if program == "rosdep install":
         assert "--ignore-src" in argv  # the interface package is built from source, not installed by rosdep
